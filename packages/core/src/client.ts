@@ -1,0 +1,432 @@
+import { randomBytes } from 'node:crypto';
+import { hostname } from 'node:os';
+import { boundedCall } from './bounded-call.js';
+import { type Clock, systemClock } from './clock.js';
+import {
+  AcquireTimeoutError,
+  ClientClosedError,
+  InvalidArgumentError,
+  type LostReason,
+  TransportError,
+} from './errors.js';
+import { LockEvents } from './events.js';
+import { Handle, type HandleHost, type LockHandle } from './handle.js';
+import {
+  type AcquireOptions,
+  type LockClientOptions,
+  type ResolvedAcquireOptions,
+  type ResolvedClientOptions,
+  resolveAcquireOptions,
+  resolveClientOptions,
+  validateCallback,
+  validateName,
+} from './options.js';
+import { RenewalScheduler } from './renewal-scheduler.js';
+import type { AcquireResult, Grant, Lease, LockService } from './service.js';
+import { fullJitterBackoff, jitter, renewIntervalMs, renewMarginMs, validUntil } from './timing.js';
+import { linkSignals, WakeSignal } from './wake-signal.js';
+
+function defaultOwnerId(): string {
+  return `${hostname()}:${process.pid}:${randomBytes(6).toString('hex')}`;
+}
+
+function isLockService(value: unknown): value is LockService {
+  if (typeof value !== 'object' || value === null) return false;
+  const v = value as Record<string, unknown>;
+  return ['acquire', 'renew', 'release', 'watch'].every((m) => typeof v[m] === 'function');
+}
+
+/**
+ * Acquires, renews and releases locks on one {@link LockService}. One client per process and backend is typical;
+ * each client has its own owner id, so two clients (or processes) never share a lock by reentrancy.
+ *
+ * @example
+ * ```ts
+ * const client = new LockClient(new MemoryLockService());
+ * await using lock = await client.acquire('invoice:42', { ttlMs: 10_000, waitMs: 2_000 });
+ * await db.write(invoice, { fencingToken: lock.fencingToken });
+ * ```
+ */
+export class LockClient {
+  /** Typed stream of acquired / renewed / renew-failed / lost / released events. */
+  readonly events = new LockEvents();
+  readonly ownerId: string;
+  readonly #service: LockService;
+  readonly #options: ResolvedClientOptions;
+  readonly #clock: Clock;
+  readonly #scheduler: RenewalScheduler;
+  readonly #held = new Set<Handle>();
+  readonly #reentrant = new Map<string, Handle>();
+  readonly #watches = new Set<() => void>();
+  readonly #pending = new Set<Promise<unknown>>();
+  readonly #closing = new AbortController();
+  readonly #host: HandleHost;
+  #closed: Promise<void> | undefined;
+
+  constructor(service: LockService, options?: LockClientOptions) {
+    if (!isLockService(service)) {
+      throw new InvalidArgumentError(
+        'service',
+        'must implement LockService (acquire, renew, release, watch)',
+      );
+    }
+    this.#service = service;
+    this.#options = resolveClientOptions(options, { clock: systemClock, ownerId: defaultOwnerId });
+    this.#clock = this.#options.clock;
+    this.ownerId = this.#options.ownerId;
+    this.#scheduler = new RenewalScheduler({
+      clock: this.#clock,
+      service,
+      events: this.events,
+      driftFactor: this.#options.driftFactor,
+      renewFailBudget: this.#options.renewFailBudget,
+      operationTimeoutMs: this.#options.operationTimeoutMs,
+      lose: (handle, reason, error) => this.#lose(handle, reason, error),
+    });
+    this.#host = {
+      clock: this.#clock,
+      renewNow: (handle) => this.#renewNow(handle),
+      releaseNow: (handle) => this.#releaseNow(handle),
+      disposeFailed: (handle, error) => this.#callbackError(handle.name, 'release on dispose', error),
+      pokeScheduler: () => this.#scheduler.poke(),
+    };
+  }
+
+  /** Number of handles this client currently holds. */
+  get heldCount(): number {
+    return this.#held.size;
+  }
+
+  /**
+   * Acquires `name`, waiting up to `options.waitMs` (default 0) while another owner holds it.
+   * Rejects with `AcquireTimeoutError` when the budget runs out, `TransportError` when the last attempt could not
+   * reach the service, the signal's reason when `options.signal` aborts, `ClientClosedError` after `close()`.
+   * Settles within `waitMs + operationTimeoutMs` even if the service hangs.
+   */
+  async acquire(name: string, options: AcquireOptions): Promise<LockHandle> {
+    this.#assertOpen();
+    const lockName = validateName(name);
+    const opts = resolveAcquireOptions(options);
+    return this.#track(this.#acquire(lockName, opts));
+  }
+
+  /** Like {@link acquire}, but resolves null instead of rejecting when the lock stays busy. */
+  async tryAcquire(name: string, options: AcquireOptions): Promise<LockHandle | null> {
+    try {
+      return await this.acquire(name, options);
+    } catch (error) {
+      if (error instanceof AcquireTimeoutError) return null;
+      throw error;
+    }
+  }
+
+  /**
+   * Runs `fn` while holding `name` and releases afterwards, also when `fn` throws. `fn` should watch
+   * `handle.signal` and pass `handle.fencingToken` to its writes.
+   */
+  async withLock<T>(
+    name: string,
+    options: AcquireOptions,
+    fn: (handle: LockHandle) => Promise<T>,
+  ): Promise<T> {
+    validateCallback(fn, 'fn');
+    const handle = await this.acquire(name, options);
+    try {
+      return await fn(handle);
+    } finally {
+      await handle
+        .release()
+        .catch((error: unknown) => this.#callbackError(name, 'release after withLock', error));
+    }
+  }
+
+  /**
+   * Calls `callback` when the service reports that `name` may have become free. Best effort (a notice can be
+   * missed during a disconnect). Returns the unsubscribe function; `close()` unsubscribes everything.
+   */
+  onRelease(name: string, callback: () => void): () => void {
+    this.#assertOpen();
+    const lockName = validateName(name);
+    validateCallback(callback, 'callback');
+    const unwatch = this.#service.watch(lockName, () => {
+      try {
+        callback();
+      } catch (error) {
+        this.#callbackError(lockName, 'onRelease callback', error);
+      }
+    });
+    let active = true;
+    const unsubscribe = (): void => {
+      if (!active) return;
+      active = false;
+      this.#watches.delete(unsubscribe);
+      unwatch();
+    };
+    this.#watches.add(unsubscribe);
+    return unsubscribe;
+  }
+
+  /**
+   * Idempotent. Stops renewals, rejects pending acquires with `ClientClosedError`, releases every held handle
+   * (each bounded by `operationTimeoutMs`) and closes watches. Does not close the service, which the caller owns.
+   */
+  close(): Promise<void> {
+    this.#closed ??= this.#close();
+    return this.#closed;
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+
+  async #close(): Promise<void> {
+    this.#closing.abort(new ClientClosedError());
+    this.#scheduler.stop();
+    for (const unsubscribe of [...this.#watches]) unsubscribe();
+    const releases = [...this.#held].map((handle) => {
+      handle.holds = 1;
+      return this.#releaseNow(handle).catch(() => {});
+    });
+    await Promise.allSettled([...releases, ...this.#pending]);
+  }
+
+  #assertOpen(): void {
+    if (this.#closing.signal.aborted) throw new ClientClosedError();
+  }
+
+  #track<T>(promise: Promise<T>): Promise<T> {
+    this.#pending.add(promise);
+    const forget = (): void => {
+      this.#pending.delete(promise);
+    };
+    promise.then(forget, forget);
+    return promise;
+  }
+
+  async #acquire(name: string, opts: ResolvedAcquireOptions): Promise<LockHandle> {
+    const clock = this.#clock;
+    const { retryBaseMs, retryCapMs, operationTimeoutMs } = this.#options;
+    const startedAt = clock.monotonic();
+    const deadline = startedAt + opts.waitMs;
+    const linked = linkSignals(opts.signal, this.#closing.signal);
+    const signal = linked.signal;
+    const wake = new WakeSignal();
+    let unwatch: (() => void) | undefined;
+    let attempts = 0;
+    let lastError: unknown;
+    try {
+      for (;;) {
+        if (signal.aborted) throw signal.reason;
+        if (opts.reentrant) {
+          const current = this.#reentrant.get(name);
+          if (current?.isHeld()) {
+            current.retain(opts.onLost);
+            this.#emitAcquired(current, startedAt, attempts, true);
+            return current;
+          }
+        }
+        attempts += 1;
+        const remaining = Math.max(0, deadline - clock.monotonic());
+        const sentAt = clock.monotonic();
+        let result: AcquireResult | undefined;
+        try {
+          result = await boundedCall(
+            (callSignal) =>
+              this.#service.acquire({
+                name,
+                ownerId: this.ownerId,
+                ttlMs: opts.ttlMs,
+                waitMs: remaining,
+                signal: callSignal,
+              }),
+            {
+              clock,
+              timeoutMs: remaining + operationTimeoutMs,
+              signal,
+              what: `acquire "${name}"`,
+              onLate: (late) => {
+                if (late.acquired) this.#abandon(name, late.grant);
+              },
+            },
+          );
+          lastError = undefined;
+        } catch (error) {
+          if (signal.aborted) throw signal.reason;
+          if (!(error instanceof TransportError)) throw error;
+          lastError = error;
+        }
+        if (result?.acquired) {
+          const handle = this.#admit(name, result.grant, sentAt, opts, signal);
+          if (handle) {
+            this.#emitAcquired(handle, startedAt, attempts, false);
+            return handle;
+          }
+        }
+        const now = clock.monotonic();
+        if (now >= deadline) {
+          if (lastError !== undefined) throw lastError;
+          throw new AcquireTimeoutError(name, now - startedAt, attempts);
+        }
+        unwatch ??= this.#service.watch(name, () => wake.notify());
+        const hint = result && !result.acquired ? result.holderExpiresInMs : undefined;
+        const backoff = fullJitterBackoff(attempts - 1, retryBaseMs, retryCapMs, () => clock.random());
+        // An expiry hint says exactly when to look again; a little jitter keeps waiters from arriving together.
+        const delay =
+          hint !== undefined && Number.isFinite(hint) && hint >= 0
+            ? Math.min(retryCapMs, hint + clock.random() * retryBaseMs)
+            : backoff;
+        await wake.wait(clock, Math.min(delay, deadline - now), signal);
+      }
+    } finally {
+      unwatch?.();
+      linked.dispose();
+    }
+  }
+
+  /** Turns a grant into a handle, unless it is already useless (caller gone, or no validity left). */
+  #admit(
+    name: string,
+    grant: Grant,
+    sentAt: number,
+    opts: ResolvedAcquireOptions,
+    signal: AbortSignal,
+  ): Handle | null {
+    const clock = this.#clock;
+    if (!isValidGrant(grant)) {
+      throw new TransportError(`the service returned a malformed grant for "${name}"`);
+    }
+    const now = clock.monotonic();
+    const rtt = now - sentAt;
+    const expiresAt = validUntil(sentAt, grant.ttlMs, this.#options.driftFactor);
+    if (signal.aborted || expiresAt - now <= renewMarginMs(rtt)) {
+      // Never hand out a handle whose window has already closed (node-redlock #296); free the lock for others.
+      this.#abandon(name, grant);
+      if (signal.aborted) throw signal.reason;
+      return null;
+    }
+    const handle = new Handle({
+      host: this.#host,
+      lease: {
+        name,
+        ownerId: this.ownerId,
+        ownershipToken: grant.ownershipToken,
+        fencingToken: grant.fencingToken,
+      },
+      ttlMs: grant.ttlMs,
+      expiresAt,
+      renewDueAt: sentAt + jitter(renewIntervalMs(grant.ttlMs), () => clock.random()),
+      rttMs: rtt,
+      reentrant: opts.reentrant,
+      onLost: opts.onLost,
+    });
+    this.#held.add(handle);
+    if (opts.reentrant && !this.#reentrant.get(name)?.isHeld()) this.#reentrant.set(name, handle);
+    this.#scheduler.add(handle);
+    return handle;
+  }
+
+  #emitAcquired(handle: Handle, startedAt: number, attempts: number, reentered: boolean): void {
+    const at = this.#clock.monotonic();
+    this.events.emit('acquired', {
+      name: handle.name,
+      fencingToken: handle.fencingToken,
+      at,
+      ttlMs: handle.ttlMs,
+      expiresAt: handle.expiresAt,
+      waitedMs: at - startedAt,
+      attempts,
+      reentered,
+    });
+  }
+
+  /** Releases a grant nobody will use, in the background; the service's ownership check makes this always safe. */
+  #abandon(name: string, grant: Grant): void {
+    const lease: Lease = {
+      name,
+      ownerId: this.ownerId,
+      ownershipToken: grant.ownershipToken,
+      fencingToken: grant.fencingToken,
+    };
+    this.#bestEffortRelease(lease);
+  }
+
+  #bestEffortRelease(lease: Lease): void {
+    void boundedCall((signal) => (signal.aborted ? Promise.resolve(false) : this.#service.release(lease)), {
+      clock: this.#clock,
+      timeoutMs: this.#options.operationTimeoutMs,
+      unref: true,
+      what: `release "${lease.name}"`,
+    }).catch(() => {});
+  }
+
+  #forget(handle: Handle): void {
+    this.#held.delete(handle);
+    this.#scheduler.remove(handle);
+    if (this.#reentrant.get(handle.name) === handle) this.#reentrant.delete(handle.name);
+  }
+
+  async #renewNow(handle: Handle): Promise<boolean> {
+    return this.#scheduler.renewOne(handle);
+  }
+
+  async #releaseNow(handle: Handle): Promise<void> {
+    // Forget first and synchronously: no renewal may be sent for a handle once its release has begun.
+    this.#forget(handle);
+    if (!handle.markReleased()) return;
+    const at = this.#clock.monotonic();
+    this.events.emit('released', {
+      name: handle.name,
+      fencingToken: handle.fencingToken,
+      at,
+      heldMs: at - handle.acquiredAt,
+    });
+    await this.#track(
+      boundedCall(
+        (signal) => (signal.aborted ? Promise.resolve(false) : this.#service.release(handle.lease)),
+        {
+          clock: this.#clock,
+          timeoutMs: this.#options.operationTimeoutMs,
+          what: `release "${handle.name}"`,
+        },
+      ),
+    );
+  }
+
+  #lose(handle: Handle, reason: LostReason, error: unknown): void {
+    this.#forget(handle);
+    const callbacks = handle.markLost(reason, error);
+    if (!callbacks) return;
+    // The lease may still exist on the service (e.g. it was only unreachable): free it early for the next owner.
+    if (reason !== 'rejected') this.#bestEffortRelease(handle.lease);
+    this.events.emit('lost', {
+      name: handle.name,
+      fencingToken: handle.fencingToken,
+      at: this.#clock.monotonic(),
+      reason,
+      ...(error === undefined ? {} : { error }),
+    });
+    for (const callback of callbacks) {
+      try {
+        callback(handle, reason);
+      } catch (callbackError) {
+        this.#callbackError(handle.name, 'onLost callback', callbackError);
+      }
+    }
+  }
+
+  #callbackError(name: string, source: string, error: unknown): void {
+    this.events.emit('callback-error', { name, at: this.#clock.monotonic(), source, error });
+  }
+}
+
+function isValidGrant(grant: unknown): grant is Grant {
+  if (typeof grant !== 'object' || grant === null) return false;
+  const g = grant as Record<string, unknown>;
+  return (
+    typeof g['ownershipToken'] === 'string' &&
+    typeof g['fencingToken'] === 'bigint' &&
+    typeof g['ttlMs'] === 'number' &&
+    Number.isFinite(g['ttlMs']) &&
+    g['ttlMs'] > 0
+  );
+}

@@ -1,0 +1,36 @@
+export { LockClient } from './client.js';
+export { type Clock, type SleepOptions, systemClock } from './clock.js';
+export {
+  AcquireTimeoutError,
+  ClientClosedError,
+  DLockError,
+  type DLockErrorCode,
+  InvalidArgumentError,
+  isDLockError,
+  LockLostError,
+  LockReleasedError,
+  type LostReason,
+  TransportError,
+} from './errors.js';
+export type { LockEventListener, LockEventMap, LockEvents, LockEventType } from './events.js';
+export type { HandleState, LockHandle } from './handle.js';
+export { MemoryLockService, type MemoryLockServiceOptions } from './memory/memory-lock-service.js';
+export {
+  type AcquireOptions,
+  type LockClientOptions,
+  MAX_NAME_BYTES,
+  MAX_TIMER_MS,
+  MIN_TTL_MS,
+  type RetryOptions,
+  validateName,
+} from './options.js';
+export type {
+  AcquireRequest,
+  AcquireResult,
+  Grant,
+  Lease,
+  LockService,
+  RenewRequest,
+  RenewResult,
+} from './service.js';
+export { driftMs, fullJitterBackoff, renewIntervalMs, validUntil } from './timing.js';

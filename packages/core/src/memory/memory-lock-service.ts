@@ -1,0 +1,116 @@
+import { randomBytes } from 'node:crypto';
+import { type Clock, systemClock } from '../clock.js';
+import type {
+  AcquireRequest,
+  AcquireResult,
+  Lease,
+  LockService,
+  RenewRequest,
+  RenewResult,
+} from '../service.js';
+
+interface Entry {
+  readonly ownershipToken: string;
+  readonly fencingToken: bigint;
+  expiresAt: number;
+}
+
+export interface MemoryLockServiceOptions {
+  /** Time source for lease expiry. Share a `FakeClock` with the clients to drive expiry in tests. */
+  readonly clock?: Clock;
+}
+
+/**
+ * A real lock service inside one process: ownership-checked renew and release, TTL expiry on the injected clock,
+ * strictly increasing fencing tokens and release notices. For tests, examples and single-process apps; it offers
+ * no cross-process exclusion.
+ *
+ * Tokens come from one counter for all names, so they are increasing per name and never reused within the
+ * lifetime of the service object.
+ */
+export class MemoryLockService implements LockService {
+  readonly #clock: Clock;
+  readonly #locks = new Map<string, Entry>();
+  readonly #watchers = new Map<string, Set<() => void>>();
+  #lastToken = 0n;
+
+  constructor(options: MemoryLockServiceOptions = {}) {
+    this.#clock = options.clock ?? systemClock;
+  }
+
+  async acquire(request: AcquireRequest): Promise<AcquireResult> {
+    const current = this.#live(request.name);
+    if (current) return { acquired: false, holderExpiresInMs: current.expiresAt - this.#clock.monotonic() };
+    this.#lastToken += 1n;
+    const entry: Entry = {
+      ownershipToken: randomBytes(20).toString('base64url'),
+      fencingToken: this.#lastToken,
+      expiresAt: this.#clock.monotonic() + request.ttlMs,
+    };
+    this.#locks.set(request.name, entry);
+    return {
+      acquired: true,
+      grant: { ownershipToken: entry.ownershipToken, fencingToken: entry.fencingToken, ttlMs: request.ttlMs },
+    };
+  }
+
+  async renew(request: RenewRequest): Promise<RenewResult> {
+    return this.#renew(request);
+  }
+
+  async renewMany(requests: readonly RenewRequest[]): Promise<readonly RenewResult[]> {
+    return requests.map((request) => this.#renew(request));
+  }
+
+  async release(lease: Lease): Promise<boolean> {
+    const current = this.#live(lease.name);
+    if (current?.ownershipToken !== lease.ownershipToken) return false;
+    this.#locks.delete(lease.name);
+    this.#notify(lease.name);
+    return true;
+  }
+
+  watch(name: string, onReleased: () => void): () => void {
+    let set = this.#watchers.get(name);
+    if (!set) {
+      set = new Set();
+      this.#watchers.set(name, set);
+    }
+    const listener = (): void => onReleased();
+    set.add(listener);
+    return () => {
+      const watchers = this.#watchers.get(name);
+      watchers?.delete(listener);
+      if (watchers?.size === 0) this.#watchers.delete(name);
+    };
+  }
+
+  /** The fencing token of the current live holder of `name`, if any. For tests and diagnostics. */
+  holder(name: string): bigint | undefined {
+    return this.#live(name)?.fencingToken;
+  }
+
+  #renew(request: RenewRequest): RenewResult {
+    const current = this.#live(request.lease.name);
+    if (current?.ownershipToken !== request.lease.ownershipToken) return { renewed: false };
+    current.expiresAt = this.#clock.monotonic() + request.ttlMs;
+    return { renewed: true };
+  }
+
+  /** The entry if it has not expired; an expired entry is dropped (and its waiters told) on first sight. */
+  #live(name: string): Entry | undefined {
+    const entry = this.#locks.get(name);
+    if (!entry) return undefined;
+    if (this.#clock.monotonic() < entry.expiresAt) return entry;
+    this.#locks.delete(name);
+    this.#notify(name);
+    return undefined;
+  }
+
+  #notify(name: string): void {
+    const watchers = this.#watchers.get(name);
+    if (!watchers) return;
+    // Deliver after the current operation completes, as a remote service would.
+    for (const watcher of [...watchers]) queueMicrotask(watcher);
+  }
+}

@@ -1,0 +1,175 @@
+import type { Clock } from './clock.js';
+import { InvalidArgumentError, type LostReason } from './errors.js';
+import type { LockHandle } from './handle.js';
+
+/** Node timers overflow past this many milliseconds and fire at once. */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
+export const MIN_TTL_MS = 10;
+export const MAX_NAME_BYTES = 1024;
+
+export interface RetryOptions {
+  /** First backoff ceiling in ms; it doubles per failed attempt up to `capMs`. Default 50. */
+  readonly baseMs?: number;
+  /** Largest backoff ceiling in ms. Default 1000. */
+  readonly capMs?: number;
+}
+
+export interface LockClientOptions {
+  readonly clock?: Clock;
+  /** Identifies this client to the service. Default `host:pid:random`, unique per client. */
+  readonly ownerId?: string;
+  /** Fraction of the TTL reserved for clock-rate differences between client and service. Default 0.01. */
+  readonly driftFactor?: number;
+  /** Consecutive renewal transport failures after which a handle is Lost. Default 2. */
+  readonly renewFailBudget?: number;
+  readonly retry?: RetryOptions;
+  /** Upper bound, in ms, on any single call to the service; a call that takes longer is a `TransportError`. Default 5000. */
+  readonly operationTimeoutMs?: number;
+}
+
+export interface AcquireOptions {
+  /** Lease length in ms, an integer from 10 to 2^31−1. Only `ttl − drift` of it is treated as usable. */
+  readonly ttlMs: number;
+  /** How long to wait for a busy lock, in ms. Default 0: one attempt. There is no "forever". */
+  readonly waitMs?: number;
+  /** Return the already-held handle of this client (and count the nesting) instead of contending. Default false. */
+  readonly reentrant?: boolean;
+  /** Aborting it gives up the wait; the call rejects with `signal.reason`. */
+  readonly signal?: AbortSignal;
+  /** Called once if the lock is lost; exceptions thrown here are caught and reported as `callback-error` events. */
+  readonly onLost?: (handle: LockHandle, reason: LostReason) => void;
+}
+
+export interface ResolvedClientOptions {
+  readonly clock: Clock;
+  readonly ownerId: string;
+  readonly driftFactor: number;
+  readonly renewFailBudget: number;
+  readonly retryBaseMs: number;
+  readonly retryCapMs: number;
+  readonly operationTimeoutMs: number;
+}
+
+export interface ResolvedAcquireOptions {
+  readonly ttlMs: number;
+  readonly waitMs: number;
+  readonly reentrant: boolean;
+  readonly signal: AbortSignal | undefined;
+  readonly onLost: ((handle: LockHandle, reason: LostReason) => void) | undefined;
+}
+
+const utf8 = new TextEncoder();
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null;
+}
+
+function check(condition: boolean, field: string, problem: string): asserts condition {
+  if (!condition) throw new InvalidArgumentError(field, problem);
+}
+
+function numberIn(value: unknown, field: string, min: number, max: number, integer: boolean): number {
+  check(
+    typeof value === 'number' && Number.isFinite(value),
+    field,
+    `must be a finite number, got ${describe(value)}`,
+  );
+  check(!integer || Number.isInteger(value), field, `must be an integer, got ${value}`);
+  check(value >= min && value <= max, field, `must be between ${min} and ${max}, got ${value}`);
+  return value;
+}
+
+function optional<T>(value: unknown, fallback: T, parse: (v: unknown) => T): T {
+  return value === undefined ? fallback : parse(value);
+}
+
+function describe(value: unknown): string {
+  if (value === null) return 'null';
+  if (typeof value === 'string') return `string ${JSON.stringify(value.slice(0, 40))}`;
+  if (typeof value === 'number' || typeof value === 'bigint' || typeof value === 'boolean')
+    return `${typeof value} ${value}`;
+  return typeof value;
+}
+
+/** Lock names: non-empty strings of at most 1024 UTF-8 bytes. Any content is allowed; adapters encode it. */
+export function validateName(name: unknown, field = 'name'): string {
+  check(typeof name === 'string', field, `must be a string, got ${describe(name)}`);
+  check(name.length > 0, field, 'must not be empty');
+  // A lone surrogate has no UTF-8 form: encoders replace it with U+FFFD, so two different names would map to one key.
+  check(!/\p{Cs}/u.test(name), field, 'must be well-formed Unicode (no lone surrogates)');
+  const bytes = utf8.encode(name).length;
+  check(bytes <= MAX_NAME_BYTES, field, `must be at most ${MAX_NAME_BYTES} UTF-8 bytes, got ${bytes}`);
+  return name;
+}
+
+function validateClock(value: unknown): Clock {
+  check(isObject(value), 'options.clock', 'must be a Clock object');
+  for (const fn of ['now', 'monotonic', 'sleep', 'random']) {
+    check(typeof value[fn] === 'function', `options.clock.${fn}`, 'must be a function');
+  }
+  return value as unknown as Clock;
+}
+
+export function resolveClientOptions(
+  options: unknown,
+  defaults: { clock: Clock; ownerId: () => string },
+): ResolvedClientOptions {
+  const o = optional(options, {}, (v) => {
+    check(isObject(v), 'options', `must be an object, got ${describe(v)}`);
+    return v;
+  }) as Record<string, unknown>;
+  const retry = optional(o['retry'], {}, (v) => {
+    check(isObject(v), 'options.retry', `must be an object, got ${describe(v)}`);
+    return v;
+  }) as Record<string, unknown>;
+  const retryBaseMs = optional(retry['baseMs'], 50, (v) =>
+    numberIn(v, 'options.retry.baseMs', 1, MAX_TIMER_MS, false),
+  );
+  const retryCapMs = optional(retry['capMs'], Math.max(1000, retryBaseMs), (v) =>
+    numberIn(v, 'options.retry.capMs', retryBaseMs, MAX_TIMER_MS, false),
+  );
+  return {
+    clock: optional(o['clock'], defaults.clock, validateClock),
+    ownerId:
+      optional(o['ownerId'], undefined, (v) => {
+        check(
+          typeof v === 'string' && v.length > 0 && v.length <= 256,
+          'options.ownerId',
+          'must be a string of 1 to 256 characters',
+        );
+        return v;
+      }) ?? defaults.ownerId(),
+    // Above 0.5 more than half of every lease would be thrown away: almost certainly a unit mistake.
+    driftFactor: optional(o['driftFactor'], 0.01, (v) => numberIn(v, 'options.driftFactor', 0, 0.5, false)),
+    renewFailBudget: optional(o['renewFailBudget'], 2, (v) =>
+      numberIn(v, 'options.renewFailBudget', 1, 1000, true),
+    ),
+    retryBaseMs,
+    retryCapMs,
+    operationTimeoutMs: optional(o['operationTimeoutMs'], 5000, (v) =>
+      numberIn(v, 'options.operationTimeoutMs', 1, MAX_TIMER_MS, true),
+    ),
+  };
+}
+
+export function resolveAcquireOptions(options: unknown): ResolvedAcquireOptions {
+  check(isObject(options), 'options', `must be an object with at least ttlMs, got ${describe(options)}`);
+  const signal = options['signal'];
+  check(signal === undefined || signal instanceof AbortSignal, 'options.signal', 'must be an AbortSignal');
+  const onLost = options['onLost'];
+  check(onLost === undefined || typeof onLost === 'function', 'options.onLost', 'must be a function');
+  const reentrant = options['reentrant'];
+  check(reentrant === undefined || typeof reentrant === 'boolean', 'options.reentrant', 'must be a boolean');
+  return {
+    ttlMs: numberIn(options['ttlMs'], 'options.ttlMs', MIN_TTL_MS, MAX_TIMER_MS, true),
+    waitMs: optional(options['waitMs'], 0, (v) => numberIn(v, 'options.waitMs', 0, MAX_TIMER_MS, false)),
+    reentrant: reentrant ?? false,
+    signal,
+    onLost: onLost as ResolvedAcquireOptions['onLost'],
+  };
+}
+
+export function validateCallback(value: unknown, field: string): () => void {
+  check(typeof value === 'function', field, `must be a function, got ${describe(value)}`);
+  return value as () => void;
+}

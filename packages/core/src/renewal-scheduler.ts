@@ -1,0 +1,215 @@
+import { boundedCall } from './bounded-call.js';
+import type { Clock } from './clock.js';
+import { isDLockError, type LostReason, TransportError } from './errors.js';
+import type { LockEvents } from './events.js';
+import type { Handle } from './handle.js';
+import type { LockService, RenewRequest, RenewResult } from './service.js';
+import { jitter, renewIntervalMs, renewMarginMs, updateRttEstimate, validUntil } from './timing.js';
+
+export interface RenewalSchedulerDeps {
+  readonly clock: Clock;
+  readonly service: LockService;
+  readonly events: LockEvents;
+  readonly driftFactor: number;
+  readonly renewFailBudget: number;
+  readonly operationTimeoutMs: number;
+  /** Moves a handle to Lost and runs its callbacks. */
+  readonly lose: (handle: Handle, reason: LostReason, error: unknown) => void;
+}
+
+/**
+ * One timer for every handle of a client, however many (10,000 handles are 10,000 entries, not 10,000 timers).
+ * Each tick first declares Lost every handle whose remaining validity cannot cover another renewal round trip —
+ * without asking the service, so a process resuming from a pause learns it at once — then renews everything due
+ * soon in one batch (`renewMany` when the service has it).
+ */
+export class RenewalScheduler {
+  readonly #deps: RenewalSchedulerDeps;
+  readonly #handles = new Set<Handle>();
+  #timer: AbortController | undefined;
+  #timerDueAt = Number.POSITIVE_INFINITY;
+  #stopped = false;
+  #pokeQueued = false;
+
+  constructor(deps: RenewalSchedulerDeps) {
+    this.#deps = deps;
+  }
+
+  get size(): number {
+    return this.#handles.size;
+  }
+
+  add(handle: Handle): void {
+    if (this.#stopped) return;
+    this.#handles.add(handle);
+    this.#arm();
+  }
+
+  /** Called synchronously at the start of release, so no renewal can be sent for a handle being released. */
+  remove(handle: Handle): void {
+    this.#handles.delete(handle);
+    if (this.#handles.size === 0) this.#disarm();
+  }
+
+  /** Runs a tick soon, e.g. when `isHeld()` noticed a passed deadline before the timer fired. */
+  poke(): void {
+    if (this.#pokeQueued || this.#stopped) return;
+    this.#pokeQueued = true;
+    queueMicrotask(() => {
+      this.#pokeQueued = false;
+      this.#tick();
+    });
+  }
+
+  stop(): void {
+    this.#stopped = true;
+    this.#handles.clear();
+    this.#disarm();
+  }
+
+  /** Renews one handle now (manual `renew()`), outside the batch. */
+  async renewOne(handle: Handle): Promise<boolean> {
+    const [outcome] = await this.#renewBatch([handle], true);
+    if (outcome instanceof Error) throw outcome;
+    return outcome === true;
+  }
+
+  #deadline(handle: Handle): number {
+    return handle.expiresAt - renewMarginMs(handle.rttEstimateMs);
+  }
+
+  #nextWake(handle: Handle): number {
+    const deadline = this.#deadline(handle);
+    return handle.renewInFlight ? deadline : Math.min(deadline, handle.renewDueAt);
+  }
+
+  #arm(): void {
+    let next = Number.POSITIVE_INFINITY;
+    for (const handle of this.#handles) next = Math.min(next, this.#nextWake(handle));
+    if (next === Number.POSITIVE_INFINITY) {
+      this.#disarm();
+      return;
+    }
+    if (this.#timer && this.#timerDueAt <= next) return;
+    this.#disarm();
+    const controller = new AbortController();
+    this.#timer = controller;
+    this.#timerDueAt = next;
+    const delay = Math.max(0, next - this.#deps.clock.monotonic());
+    this.#deps.clock.sleep(delay, controller.signal, { unref: true }).then(
+      () => {
+        if (this.#timer !== controller) return;
+        this.#timer = undefined;
+        this.#timerDueAt = Number.POSITIVE_INFINITY;
+        this.#tick();
+      },
+      () => {},
+    );
+  }
+
+  #disarm(): void {
+    this.#timer?.abort();
+    this.#timer = undefined;
+    this.#timerDueAt = Number.POSITIVE_INFINITY;
+  }
+
+  #tick(): void {
+    if (this.#stopped) return;
+    const now = this.#deps.clock.monotonic();
+    const batch: Handle[] = [];
+    for (const handle of [...this.#handles]) {
+      if (handle.state !== 'held') {
+        this.#handles.delete(handle);
+        continue;
+      }
+      if (now >= this.#deadline(handle)) {
+        this.#handles.delete(handle);
+        this.#deps.lose(handle, 'expired', undefined);
+        continue;
+      }
+      // Renewals due within a fifth of their interval go now, together: renewing a little early costs nothing,
+      // and it turns many nearly-simultaneous renewals into one round trip.
+      if (!handle.renewInFlight && handle.renewDueAt - now <= renewIntervalMs(handle.ttlMs) / 5)
+        batch.push(handle);
+    }
+    if (batch.length > 0) void this.#renewBatch(batch, false);
+    this.#arm();
+  }
+
+  /** Renews handles in one round trip; resolves per handle to true, false (refused) or the transport error. */
+  async #renewBatch(handles: readonly Handle[], manual: boolean): Promise<(boolean | Error)[]> {
+    const { clock, service, operationTimeoutMs } = this.#deps;
+    for (const handle of handles) handle.renewInFlight = true;
+    const requests: RenewRequest[] = handles.map((h) => ({ lease: h.lease, ttlMs: h.ttlMs }));
+    const sentAt = clock.monotonic();
+    let results: readonly RenewResult[] | Error;
+    try {
+      results = await boundedCall(
+        (signal) => {
+          if (signal.aborted) throw signal.reason;
+          if (service.renewMany && requests.length > 1) return service.renewMany(requests);
+          return Promise.all(requests.map((request) => service.renew(request)));
+        },
+        { clock, timeoutMs: operationTimeoutMs, unref: !manual, what: 'renew' },
+      );
+      if (!Array.isArray(results) || results.length !== requests.length) {
+        results = new TransportError(
+          `renew answered ${String(results?.length)} results for ${requests.length} leases`,
+        );
+      }
+    } catch (error) {
+      results = isDLockError(error) ? error : new TransportError(String(error), { cause: error });
+    }
+    const outcomes = handles.map((handle, i) => {
+      handle.renewInFlight = false;
+      return this.#apply(handle, results instanceof Error ? results : results[i], sentAt);
+    });
+    this.#arm();
+    return outcomes;
+  }
+
+  #apply(handle: Handle, result: RenewResult | Error | undefined, sentAt: number): boolean | Error {
+    const { clock, driftFactor, renewFailBudget, events, lose } = this.#deps;
+    if (handle.state !== 'held') return false;
+    const now = clock.monotonic();
+    if (result === undefined || result instanceof Error) {
+      const error = result ?? new TransportError('renew returned no result');
+      handle.renewFailures += 1;
+      events.emit('renew-failed', {
+        name: handle.name,
+        fencingToken: handle.fencingToken,
+        at: now,
+        failures: handle.renewFailures,
+        error,
+      });
+      if (handle.renewFailures >= renewFailBudget) {
+        this.#handles.delete(handle);
+        lose(handle, 'unreachable', error);
+      } else {
+        // Retry sooner than a full interval: the lease still has about two thirds of its life left.
+        handle.renewDueAt = now + jitter(renewIntervalMs(handle.ttlMs) / 2, () => clock.random());
+      }
+      return error;
+    }
+    if (!result.renewed) {
+      this.#handles.delete(handle);
+      lose(handle, 'rejected', undefined);
+      return false;
+    }
+    handle.renewFailures = 0;
+    if (result.ttlMs !== undefined && Number.isFinite(result.ttlMs) && result.ttlMs > 0)
+      handle.ttlMs = result.ttlMs;
+    // The service confirmed ownership at some instant after sentAt, so the new window counts from sentAt.
+    handle.expiresAt = Math.max(handle.expiresAt, validUntil(sentAt, handle.ttlMs, driftFactor));
+    handle.rttEstimateMs = updateRttEstimate(handle.rttEstimateMs, now - sentAt);
+    handle.renewDueAt = sentAt + jitter(renewIntervalMs(handle.ttlMs), () => clock.random());
+    events.emit('renewed', {
+      name: handle.name,
+      fencingToken: handle.fencingToken,
+      at: now,
+      expiresAt: handle.expiresAt,
+      latencyMs: now - sentAt,
+    });
+    return true;
+  }
+}

@@ -1,0 +1,78 @@
+/**
+ * The backend seam. An adapter answers four questions — take the lock, extend my claim, drop my claim, tell me when
+ * it is free — and core does everything else: validity math, bounded waits, retries, renewal scheduling, reentrancy
+ * and loss detection. Adapters throw on transport failures (core turns anything thrown into a `TransportError`)
+ * and return a negative answer when the service said no.
+ */
+
+/** A lock granted by the service. */
+export interface Grant {
+  /** Random per grant; proves ownership to `renew`/`release`. Has no order: never use it for fencing. */
+  readonly ownershipToken: string;
+  /** Minted by the service, strictly increasing per lock name across grants. Storage compares these. */
+  readonly fencingToken: bigint;
+  /** The TTL the service actually granted (it may round up), which core's validity math uses. */
+  readonly ttlMs: number;
+}
+
+/** What core needs to name one grant in `renew` and `release`. */
+export interface Lease {
+  readonly name: string;
+  readonly ownerId: string;
+  readonly ownershipToken: string;
+  readonly fencingToken: bigint;
+}
+
+export interface AcquireRequest {
+  readonly name: string;
+  /** Identifies the client (`host:pid:random`); informational, ownership is proven by the ownership token. */
+  readonly ownerId: string;
+  readonly ttlMs: number;
+  /**
+   * How long the caller is still willing to wait, in ms. A service that queues waiters on the server (etcd,
+   * ZooKeeper) may wait up to this long before answering; a service that cannot queue answers at once and core
+   * retries. `0` means one attempt, no queueing.
+   */
+  readonly waitMs: number;
+  /** Aborts when the caller gives up (abort, close or core's own bound). A queued waiter must then leave the queue. */
+  readonly signal: AbortSignal;
+}
+
+export type AcquireResult =
+  | { readonly acquired: true; readonly grant: Grant }
+  | {
+      readonly acquired: false;
+      /** When the current holder's lease runs out, if the service knows: waiters can sleep until then. */
+      readonly holderExpiresInMs?: number;
+    };
+
+export interface RenewRequest {
+  readonly lease: Lease;
+  readonly ttlMs: number;
+}
+
+export type RenewResult =
+  | {
+      readonly renewed: true;
+      /** The TTL actually granted, when it differs from the one requested. */
+      readonly ttlMs?: number;
+    }
+  | { readonly renewed: false };
+
+export interface LockService {
+  acquire(request: AcquireRequest): Promise<AcquireResult>;
+  /** Extends the lease if, and only if, `lease.ownershipToken` still owns it (compared on the server). */
+  renew(request: RenewRequest): Promise<RenewResult>;
+  /**
+   * Renews many leases in one round trip (a pipeline, one shared session keep-alive). Results are in request order.
+   * Throwing fails the whole batch as a transport error. Core prefers this over `renew` whenever renewals coalesce.
+   */
+  renewMany?(requests: readonly RenewRequest[]): Promise<readonly RenewResult[]>;
+  /** Deletes the lock if, and only if, `lease.ownershipToken` still owns it. Resolves whether something was deleted. */
+  release(lease: Lease): Promise<boolean>;
+  /**
+   * Calls `onReleased` when the lock named `name` may have become free (release or expiry), so waiters need not poll.
+   * Best effort: core never relies on it alone. Returns an unsubscribe function.
+   */
+  watch(name: string, onReleased: () => void): () => void;
+}

@@ -1,0 +1,137 @@
+import { ClientClosedError, LockClient, type LockService, MemoryLockService } from '@dlock/core';
+import { FakeClock } from '@dlock/testing';
+import { describe, expect, it } from 'vitest';
+import { harness, outcome } from './harness.js';
+
+const TTL = 3_000;
+
+describe('withLock', () => {
+  it('runs the function with the handle and releases afterwards', async () => {
+    const { client, memory } = harness();
+    const result = await client.withLock('a', { ttlMs: TTL }, async (handle) => {
+      expect(memory.holder('a')).toBe(handle.fencingToken);
+      return 'done';
+    });
+    expect(result).toBe('done');
+    expect(memory.holder('a')).toBeUndefined();
+  });
+
+  it('releases when the function throws, and rethrows its error', async () => {
+    const { client, memory } = harness();
+    const boom = new Error('boom');
+    await expect(
+      client.withLock('a', { ttlMs: TTL }, async () => {
+        throw boom;
+      }),
+    ).rejects.toBe(boom);
+    expect(memory.holder('a')).toBeUndefined();
+  });
+});
+
+describe('onRelease', () => {
+  it('calls back on release until unsubscribed; a throwing callback is reported', async () => {
+    const { client, makeClient, clock, eventsOf } = harness();
+    const other = makeClient();
+    let calls = 0;
+    const unsubscribe = client.onRelease('a', () => {
+      calls += 1;
+      throw new Error('listener bug');
+    });
+    const h1 = await other.acquire('a', { ttlMs: TTL });
+    await h1.release();
+    await clock.advance(0);
+    expect(calls).toBe(1);
+    expect(eventsOf('callback-error')).toMatchObject([{ source: 'onRelease callback' }]);
+    unsubscribe();
+    unsubscribe();
+    const h2 = await other.acquire('a', { ttlMs: TTL });
+    await h2.release();
+    await clock.advance(0);
+    expect(calls).toBe(1);
+  });
+});
+
+describe('close()', () => {
+  it('is idempotent, releases held handles, rejects pending acquires and any later call', async () => {
+    const { client, makeClient, memory, clock } = harness();
+    const other = makeClient();
+    const held = await client.acquire('a', { ttlMs: TTL });
+    const nested = await client.acquire('b', { ttlMs: TTL, reentrant: true });
+    await client.acquire('b', { ttlMs: TTL, reentrant: true });
+    await other.acquire('c', { ttlMs: TTL });
+    const waiting = outcome(client.acquire('c', { ttlMs: TTL, waitMs: 60_000 }));
+    let notices = 0;
+    client.onRelease('c', () => {
+      notices += 1;
+    });
+    await clock.advance(10);
+    const first = client.close();
+    const second = client.close();
+    expect(second).toBe(first);
+    await first;
+    await clock.advance(0);
+    expect(held.state).toBe('released');
+    expect(nested.state).toBe('released');
+    expect(memory.holder('a')).toBeUndefined();
+    expect(memory.holder('b')).toBeUndefined();
+    expect(waiting.error).toBeInstanceOf(ClientClosedError);
+    await expect(client.acquire('x', { ttlMs: TTL })).rejects.toBeInstanceOf(ClientClosedError);
+    await expect(client.tryAcquire('x', { ttlMs: TTL })).rejects.toBeInstanceOf(ClientClosedError);
+    expect(() => client.onRelease('x', () => {})).toThrow(ClientClosedError);
+    await other.close();
+    await clock.advance(0);
+    expect(notices).toBe(0); // watches were closed
+  });
+
+  it('leaves no timer behind', async () => {
+    const clock = new FakeClock();
+    const client = new LockClient(new MemoryLockService({ clock }), { clock });
+    await client.acquire('a', { ttlMs: TTL });
+    expect(clock.pendingTimers).toBe(1);
+    await client.close();
+    await clock.advance(0);
+    expect(clock.pendingTimers).toBe(0);
+  });
+
+  it('settles within operationTimeoutMs even when the service hangs on release', async () => {
+    const { client, clock, faulty } = harness({ operationTimeoutMs: 800 });
+    await client.acquire('a', { ttlMs: TTL });
+    faulty.partition('hang');
+    const closing = outcome(client.close());
+    await clock.advance(800);
+    expect(closing.done).toBe(true);
+    faulty.heal();
+  });
+});
+
+describe('renewal at scale', () => {
+  it('10,000 held handles use one timer, and renewals due together go out in batches', async () => {
+    const clock = new FakeClock();
+    const memory = new MemoryLockService({ clock });
+    let batches = 0;
+    let renewed = 0;
+    const service: LockService = {
+      acquire: (r) => memory.acquire(r),
+      renew: (r) => memory.renew(r),
+      renewMany: (requests) => {
+        batches += 1;
+        renewed += requests.length;
+        return memory.renewMany(requests);
+      },
+      release: (l) => memory.release(l),
+      watch: (n, cb) => memory.watch(n, cb),
+    };
+    const client = new LockClient(service, { clock });
+    const handles = await Promise.all(
+      Array.from({ length: 10_000 }, (_, i) => client.acquire(`lock-${i}`, { ttlMs: TTL })),
+    );
+    expect(clock.pendingTimers).toBe(1);
+    await clock.advance(10 * TTL);
+    expect(handles.every((h) => h.state === 'held')).toBe(true);
+    expect(clock.pendingTimers).toBe(1);
+    // Each handle renews ~3 times per TTL: ~300,000 renewals over 10 TTLs, in a few hundred batches at most.
+    expect(renewed).toBeGreaterThanOrEqual(10_000 * 28);
+    expect(batches).toBeLessThanOrEqual(10 * 3 * 10);
+    await client.close();
+  }, 60_000);
+});

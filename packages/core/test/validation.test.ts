@@ -1,0 +1,112 @@
+import { InvalidArgumentError, LockClient, MemoryLockService } from '@dlock/core';
+import { describe, expect, it } from 'vitest';
+import { harness } from './harness.js';
+
+type Loose = Parameters<LockClient['acquire']>[1];
+
+describe('input validation at the public edge', () => {
+  const badNames: [string, unknown][] = [
+    ['empty', ''],
+    ['number', 42],
+    ['undefined', undefined],
+    ['null', null],
+    ['object', { toString: () => 'a' }],
+    ['over 1024 UTF-8 bytes', 'é'.repeat(513)],
+    ['lone surrogate', 'a\uD800b'],
+  ];
+  for (const [label, name] of badNames) {
+    it(`rejects a name that is ${label}, before any network call`, async () => {
+      const { client, faulty } = harness();
+      const error = await client.acquire(name as string, { ttlMs: 1_000 }).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(InvalidArgumentError);
+      expect(error).toMatchObject({ code: 'INVALID_ARGUMENT', field: 'name' });
+      expect(faulty.counts.attempted.acquire).toBe(0);
+    });
+  }
+
+  it('accepts names of exactly 1024 UTF-8 bytes, with any content', async () => {
+    const { client } = harness();
+    await expect(client.acquire('é'.repeat(512), { ttlMs: 1_000 })).resolves.toBeDefined();
+    await expect(client.acquire('{a} b/c\n🔒', { ttlMs: 1_000 })).resolves.toBeDefined();
+  });
+
+  const badOptions: [string, unknown, string][] = [
+    ['missing options', undefined, 'options'],
+    ['options not an object', 'x', 'options'],
+    ['missing ttlMs', {}, 'options.ttlMs'],
+    ['ttlMs a string', { ttlMs: '1000' }, 'options.ttlMs'],
+    ['ttlMs NaN', { ttlMs: Number.NaN }, 'options.ttlMs'],
+    ['ttlMs Infinity', { ttlMs: Number.POSITIVE_INFINITY }, 'options.ttlMs'],
+    ['ttlMs fractional', { ttlMs: 1000.5 }, 'options.ttlMs'],
+    ['ttlMs below 10', { ttlMs: 9 }, 'options.ttlMs'],
+    ['ttlMs above 2^31-1', { ttlMs: 2 ** 31 }, 'options.ttlMs'],
+    ['ttlMs a bigint', { ttlMs: 1000n }, 'options.ttlMs'],
+    ['waitMs negative', { ttlMs: 1000, waitMs: -1 }, 'options.waitMs'],
+    ['waitMs NaN', { ttlMs: 1000, waitMs: Number.NaN }, 'options.waitMs'],
+    ['waitMs Infinity', { ttlMs: 1000, waitMs: Number.POSITIVE_INFINITY }, 'options.waitMs'],
+    ['waitMs above 2^31-1', { ttlMs: 1000, waitMs: 2 ** 31 }, 'options.waitMs'],
+    ['waitMs a string', { ttlMs: 1000, waitMs: '5' }, 'options.waitMs'],
+    ['reentrant not boolean', { ttlMs: 1000, reentrant: 'yes' }, 'options.reentrant'],
+    ['signal not an AbortSignal', { ttlMs: 1000, signal: {} }, 'options.signal'],
+    ['onLost not a function', { ttlMs: 1000, onLost: 'log' }, 'options.onLost'],
+  ];
+  for (const [label, options, field] of badOptions) {
+    it(`rejects acquire options with ${label}, naming ${field}`, async () => {
+      const { client, faulty } = harness();
+      for (const call of [
+        () => client.acquire('a', options as Loose),
+        () => client.tryAcquire('a', options as Loose),
+        () => client.withLock('a', options as Loose, async () => 1),
+      ]) {
+        const error = await call().catch((e: unknown) => e);
+        expect(error).toBeInstanceOf(InvalidArgumentError);
+        expect((error as InvalidArgumentError).field).toBe(field);
+      }
+      expect(faulty.counts.attempted.acquire).toBe(0);
+    });
+  }
+
+  it('accepts the boundary values of ttlMs and waitMs', async () => {
+    const { client } = harness();
+    await expect(client.acquire('min', { ttlMs: 10, waitMs: 0 })).resolves.toBeDefined();
+    await expect(client.acquire('max', { ttlMs: 2 ** 31 - 1, waitMs: 2 ** 31 - 1 })).resolves.toBeDefined();
+  });
+
+  const badClientOptions: [string, unknown, string][] = [
+    ['options not an object', 5, 'options'],
+    ['driftFactor negative', { driftFactor: -0.1 }, 'options.driftFactor'],
+    ['driftFactor above 0.5', { driftFactor: 0.6 }, 'options.driftFactor'],
+    ['renewFailBudget zero', { renewFailBudget: 0 }, 'options.renewFailBudget'],
+    ['renewFailBudget fractional', { renewFailBudget: 1.5 }, 'options.renewFailBudget'],
+    ['retry not an object', { retry: 3 }, 'options.retry'],
+    ['retry.baseMs zero', { retry: { baseMs: 0 } }, 'options.retry.baseMs'],
+    ['retry.capMs below baseMs', { retry: { baseMs: 100, capMs: 50 } }, 'options.retry.capMs'],
+    ['operationTimeoutMs zero', { operationTimeoutMs: 0 }, 'options.operationTimeoutMs'],
+    ['operationTimeoutMs too large', { operationTimeoutMs: 2 ** 31 }, 'options.operationTimeoutMs'],
+    ['ownerId empty', { ownerId: '' }, 'options.ownerId'],
+    ['clock missing methods', { clock: { now: () => 0 } }, 'options.clock.monotonic'],
+  ];
+  for (const [label, options, field] of badClientOptions) {
+    it(`rejects client options with ${label}`, () => {
+      expect(() => new LockClient(new MemoryLockService(), options as never)).toThrow(
+        expect.objectContaining({ code: 'INVALID_ARGUMENT', field }),
+      );
+    });
+  }
+
+  it('rejects a service that does not implement LockService', () => {
+    expect(() => new LockClient({} as never)).toThrow(InvalidArgumentError);
+    expect(() => new LockClient(null as never)).toThrow(InvalidArgumentError);
+  });
+
+  it('rejects bad onRelease and withLock arguments', async () => {
+    const { client } = harness();
+    expect(() => client.onRelease('a', 'cb' as never)).toThrow(
+      expect.objectContaining({ field: 'callback' }),
+    );
+    expect(() => client.onRelease('', () => {})).toThrow(expect.objectContaining({ field: 'name' }));
+    await expect(client.withLock('a', { ttlMs: 1_000 }, 'fn' as never)).rejects.toMatchObject({
+      field: 'fn',
+    });
+  });
+});

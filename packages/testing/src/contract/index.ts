@@ -1,0 +1,6 @@
+export {
+  type ContractFault,
+  type ContractSubject,
+  type LockServiceContractOptions,
+  lockServiceContract,
+} from './lock-service-contract.js';

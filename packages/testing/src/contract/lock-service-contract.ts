@@ -1,0 +1,293 @@
+import { randomBytes } from 'node:crypto';
+import { type Clock, type Grant, LockClient, type LockService, systemClock } from '@dlock/core';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+
+export interface ContractSubject {
+  readonly service: LockService;
+  /** Runs after each test, e.g. to close connections. */
+  readonly close?: () => Promise<void> | void;
+}
+
+/** A fault the adapter's own tests can cause and undo (a server restart, a dropped connection…). */
+export interface ContractFault {
+  readonly name: string;
+  inject(subject: ContractSubject): Promise<void>;
+  recover(subject: ContractSubject): Promise<void>;
+}
+
+export interface LockServiceContractOptions {
+  /** TTL used by the suite, in ms. Default 500. A service may grant more (then the suite waits for that). */
+  readonly ttlMs?: number;
+  /** Extra time after a TTL before a lease must be gone (services expire lazily or on a tick). Default 100. */
+  readonly expirySlackMs?: number;
+  /** How the suite lets time pass. Default: real time. With a `FakeClock`, pass `(ms) => clock.advance(ms)`. */
+  readonly sleep?: (ms: number) => Promise<void>;
+  /** The clock given to the `LockClient`s the suite creates. Default `systemClock`. */
+  readonly clock?: Clock;
+  /** Faults after which fencing tokens must still increase. */
+  readonly faults?: readonly ContractFault[];
+  /** Per-test timeout for vitest, ms. Default 30_000. */
+  readonly testTimeoutMs?: number;
+}
+
+const realSleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * The behaviour every {@link LockService} must have, as a vitest suite. Adapters run it against their real server:
+ *
+ * ```ts
+ * lockServiceContract('RedisLockService', async () => ({ service: new RedisLockService({ client }) }));
+ * ```
+ */
+export function lockServiceContract(
+  label: string,
+  makeSubject: () => Promise<ContractSubject> | ContractSubject,
+  options: LockServiceContractOptions = {},
+): void {
+  const ttlMs = options.ttlMs ?? 500;
+  const slackMs = options.expirySlackMs ?? 100;
+  const sleep = options.sleep ?? realSleep;
+  const clock = options.clock ?? systemClock;
+  const timeout = options.testTimeoutMs ?? 30_000;
+
+  describe(`LockService contract: ${label}`, () => {
+    let subject: ContractSubject;
+    let service: LockService;
+    let prefix: string;
+    const clients: LockClient[] = [];
+
+    const lockName = (suffix = 'lock'): string => `${prefix}:${suffix}`;
+    const request = (name: string, ownerId = 'contract-owner', ttl = ttlMs) => ({
+      name,
+      ownerId,
+      ttlMs: ttl,
+      waitMs: 0,
+      signal: new AbortController().signal,
+    });
+    const grab = async (name: string, ownerId?: string, ttl?: number): Promise<Grant> => {
+      const result = await service.acquire(request(name, ownerId, ttl));
+      if (!result.acquired) throw new Error(`expected to acquire ${name}`);
+      return result.grant;
+    };
+    const lease = (name: string, grant: Grant, ownerId = 'contract-owner') => ({
+      name,
+      ownerId,
+      ownershipToken: grant.ownershipToken,
+      fencingToken: grant.fencingToken,
+    });
+    const newClient = (): LockClient => {
+      const client = new LockClient(service, { clock, operationTimeoutMs: 5_000 });
+      clients.push(client);
+      return client;
+    };
+    const waitFor = async (predicate: () => boolean, maxMs: number): Promise<boolean> => {
+      for (let waited = 0; waited <= maxMs; waited += 10) {
+        if (predicate()) return true;
+        await sleep(10);
+      }
+      return predicate();
+    };
+
+    beforeEach(async () => {
+      subject = await makeSubject();
+      service = subject.service;
+      prefix = `contract-${randomBytes(6).toString('hex')}`;
+    });
+
+    afterEach(async () => {
+      await Promise.all(clients.splice(0).map((client) => client.close()));
+      await subject.close?.();
+    });
+
+    it('grants a lock to one owner at a time', { timeout }, async () => {
+      const name = lockName();
+      const first = await grab(name, 'owner-a');
+      expect(typeof first.ownershipToken).toBe('string');
+      expect(first.ownershipToken.length).toBeGreaterThanOrEqual(20);
+      expect(typeof first.fencingToken).toBe('bigint');
+      expect(first.fencingToken).toBeGreaterThan(0n);
+      expect(first.ttlMs).toBeGreaterThanOrEqual(ttlMs);
+      const second = await service.acquire(request(name, 'owner-b'));
+      expect(second.acquired).toBe(false);
+      if (!second.acquired && second.holderExpiresInMs !== undefined) {
+        expect(second.holderExpiresInMs).toBeGreaterThan(0);
+        expect(second.holderExpiresInMs).toBeLessThanOrEqual(first.ttlMs);
+      }
+      // The same owner id gets no special treatment: reentrancy is the client's business, not the service's.
+      const again = await service.acquire(request(name, 'owner-a'));
+      expect(again.acquired).toBe(false);
+    });
+
+    it('mints strictly increasing fencing tokens per name', { timeout }, async () => {
+      const name = lockName();
+      const tokens: bigint[] = [];
+      for (let i = 0; i < 5; i++) {
+        const grant = await grab(name, `owner-${i}`);
+        tokens.push(grant.fencingToken);
+        expect(await service.release(lease(name, grant, `owner-${i}`))).toBe(true);
+      }
+      for (let i = 1; i < tokens.length; i++) expect(tokens[i]).toBeGreaterThan(tokens[i - 1] as bigint);
+      expect(new Set(tokens.map(String)).size).toBe(tokens.length);
+    });
+
+    it('keeps different names independent', { timeout }, async () => {
+      const a = await grab(lockName('a'));
+      const b = await grab(lockName('b'));
+      expect(a.ownershipToken).not.toBe(b.ownershipToken);
+    });
+
+    it('maps unusual names to distinct locks', { timeout }, async () => {
+      const names = [
+        'with space',
+        'ünïcödé-名前-🔒',
+        '{braces}',
+        'slash/and\\back',
+        'Slash/And\\Back',
+        'a%2Fb',
+        'a/b',
+        '..',
+        '.',
+        'x'.repeat(1024 - 64),
+      ].map((n) => lockName(n));
+      const grants = await Promise.all(names.map((name) => grab(name)));
+      expect(grants).toHaveLength(names.length);
+      const maxName = `${prefix}:${'é'.repeat((1024 - prefix.length - 1) >> 1)}`;
+      expect(new TextEncoder().encode(maxName).length).toBeLessThanOrEqual(1024);
+      await grab(maxName);
+      expect((await service.acquire(request(maxName, 'other'))).acquired).toBe(false);
+    });
+
+    it('renews only for the owner of the grant', { timeout }, async () => {
+      const name = lockName();
+      const grant = await grab(name);
+      expect(await service.renew({ lease: lease(name, grant), ttlMs })).toMatchObject({ renewed: true });
+      const forged = { ...lease(name, grant), ownershipToken: `${grant.ownershipToken}x` };
+      expect(await service.renew({ lease: forged, ttlMs })).toEqual({ renewed: false });
+      if (service.renewMany) {
+        const results = await service.renewMany([
+          { lease: lease(name, grant), ttlMs },
+          { lease: forged, ttlMs },
+          { lease: { ...forged, name: lockName('absent') }, ttlMs },
+        ]);
+        expect(results.map((r) => r.renewed)).toEqual([true, false, false]);
+      }
+    });
+
+    it('keeps a renewed lease past its first TTL', { timeout }, async () => {
+      const name = lockName();
+      const grant = await grab(name, 'owner-a');
+      const step = Math.floor(grant.ttlMs / 3);
+      for (let i = 0; i < 4; i++) {
+        await sleep(step);
+        expect(await service.renew({ lease: lease(name, grant, 'owner-a'), ttlMs })).toMatchObject({
+          renewed: true,
+        });
+      }
+      expect((await service.acquire(request(name, 'owner-b'))).acquired).toBe(false);
+    });
+
+    it('releases only for the owner, and only once', { timeout }, async () => {
+      const name = lockName();
+      const grant = await grab(name);
+      const forged = { ...lease(name, grant), ownershipToken: `${grant.ownershipToken}x` };
+      expect(await service.release(forged)).toBe(false);
+      expect((await service.acquire(request(name, 'other'))).acquired).toBe(false);
+      expect(await service.release(lease(name, grant))).toBe(true);
+      expect(await service.release(lease(name, grant))).toBe(false);
+      const next = await grab(name, 'other');
+      expect(next.fencingToken).toBeGreaterThan(grant.fencingToken);
+    });
+
+    it('expires an unrenewed lease; the old owner can neither renew nor release the new one', {
+      timeout,
+    }, async () => {
+      const name = lockName();
+      const old = await grab(name, 'owner-a');
+      await sleep(old.ttlMs + slackMs);
+      const next = await grab(name, 'owner-b');
+      expect(next.fencingToken).toBeGreaterThan(old.fencingToken);
+      expect(await service.renew({ lease: lease(name, old, 'owner-a'), ttlMs })).toEqual({ renewed: false });
+      expect(await service.release(lease(name, old, 'owner-a'))).toBe(false);
+      expect((await service.acquire(request(name, 'owner-c'))).acquired).toBe(false);
+      expect(await service.release(lease(name, next, 'owner-b'))).toBe(true);
+    });
+
+    it('delivers a release notice to watchers, and none after unsubscribing', { timeout }, async () => {
+      const name = lockName();
+      let notices = 0;
+      const unwatch = service.watch(name, () => {
+        notices += 1;
+      });
+      try {
+        const grant = await grab(name);
+        await sleep(20); // let a remote watch register before the release it must see
+        await service.release(lease(name, grant));
+        expect(await waitFor(() => notices > 0, 5_000)).toBe(true);
+      } finally {
+        unwatch();
+      }
+      const seen = notices;
+      const grant = await grab(name);
+      await service.release(lease(name, grant));
+      await sleep(100);
+      expect(notices).toBe(seen);
+    });
+
+    it('hands a released lock to a waiting LockClient without waiting out the backoff', {
+      timeout,
+    }, async () => {
+      const name = lockName();
+      const holder = newClient();
+      const waiter = new LockClient(service, {
+        clock,
+        retry: { baseMs: 10_000, capMs: 10_000 },
+        operationTimeoutMs: 5_000,
+      });
+      clients.push(waiter);
+      const first = await holder.acquire(name, { ttlMs: Math.max(ttlMs, 2_000) });
+      const waiting = waiter.acquire(name, { ttlMs, waitMs: 8_000 });
+      await sleep(50);
+      await first.release();
+      const second = await waiting;
+      expect(second.fencingToken).toBeGreaterThan(first.fencingToken);
+      expect(second.isHeld()).toBe(true);
+      await second.release();
+    });
+
+    it('runs a LockClient end to end: exclusive, renewed past the TTL, released', { timeout }, async () => {
+      const name = lockName();
+      const a = newClient();
+      const b = newClient();
+      const handle = await a.acquire(name, { ttlMs });
+      expect(await b.tryAcquire(name, { ttlMs })).toBeNull();
+      await sleep(handle.ttlMs * 1.5);
+      expect(handle.state).toBe('held');
+      expect(await b.tryAcquire(name, { ttlMs })).toBeNull();
+      await handle.release();
+      const next = await b.acquire(name, { ttlMs, waitMs: 2_000 });
+      expect(next.fencingToken).toBeGreaterThan(handle.fencingToken);
+    });
+
+    for (const fault of options.faults ?? []) {
+      it(`keeps fencing tokens increasing across a fault: ${fault.name}`, { timeout }, async () => {
+        const name = lockName();
+        const before = await grab(name, 'owner-a');
+        await service.release(lease(name, before, 'owner-a'));
+        await fault.inject(subject);
+        await fault.recover(subject);
+        let after: Grant | undefined;
+        for (let i = 0; i < 50 && !after; i++) {
+          try {
+            const result = await service.acquire(request(name, 'owner-b'));
+            if (result.acquired) after = result.grant;
+            else await sleep(Math.max(20, result.holderExpiresInMs ?? 20));
+          } catch {
+            await sleep(100); // the service may still be coming back
+          }
+        }
+        expect(after).toBeDefined();
+        expect(after?.fencingToken).toBeGreaterThan(before.fencingToken);
+      });
+    }
+  });
+}

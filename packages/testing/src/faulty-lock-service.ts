@@ -1,0 +1,125 @@
+import {
+  type AcquireRequest,
+  type AcquireResult,
+  type Clock,
+  type Lease,
+  type LockService,
+  type RenewRequest,
+  type RenewResult,
+  systemClock,
+  TransportError,
+} from '@dlock/core';
+
+export type PartitionMode =
+  /** Calls fail at once with a `TransportError` (connection refused). */
+  | 'fail'
+  /** Calls never answer (packets dropped, sockets open) until `heal()`; the caller's own timeout must fire. */
+  | 'hang';
+
+export type ServiceMethod = 'acquire' | 'renew' | 'release' | 'watch';
+
+/** Counts of calls that reached the wrapper, and of those forwarded to the real service. */
+export interface CallCounts {
+  readonly attempted: Record<ServiceMethod, number>;
+  readonly forwarded: Record<ServiceMethod, number>;
+}
+
+/**
+ * Wraps any {@link LockService} — the in-memory one or a real adapter — with switchable faults:
+ * partitions (failing or hanging), added latency, dropped renewals and "fail the next N calls".
+ * Renewal batches (`renewMany`) are faulted as one call, as a pipeline would be.
+ */
+export class FaultyLockService implements LockService {
+  readonly #inner: LockService;
+  readonly #clock: Clock;
+  #partition: PartitionMode | undefined;
+  #latencyMs = 0;
+  #dropRenewals = false;
+  #failNext = 0;
+  readonly #hung = new Set<(error: Error) => void>();
+  readonly #counts: CallCounts = {
+    attempted: { acquire: 0, renew: 0, release: 0, watch: 0 },
+    forwarded: { acquire: 0, renew: 0, release: 0, watch: 0 },
+  };
+  readonly renewMany?: (requests: readonly RenewRequest[]) => Promise<readonly RenewResult[]>;
+
+  constructor(inner: LockService, options: { clock?: Clock } = {}) {
+    this.#inner = inner;
+    this.#clock = options.clock ?? systemClock;
+    const innerMany = inner.renewMany?.bind(inner);
+    if (innerMany) {
+      this.renewMany = (requests) => this.#call('renew', () => innerMany(requests), requests.length);
+    }
+  }
+
+  /** Cuts the service off: every call fails (`'fail'`) or hangs (`'hang'`) until {@link heal}. */
+  partition(mode: PartitionMode = 'fail'): void {
+    this.#partition = mode;
+  }
+
+  /** Ends a partition; calls left hanging fail now, as a reset connection would. */
+  heal(): void {
+    this.#partition = undefined;
+    for (const fail of [...this.#hung]) fail(new TransportError('connection reset (fault injection healed)'));
+    this.#hung.clear();
+  }
+
+  /** Adds `ms` of latency (on the injected clock) before every call is forwarded. */
+  latency(ms: number): void {
+    this.#latencyMs = ms;
+  }
+
+  /** Renewals are swallowed, never reach the service and never answer, while `on`. */
+  dropRenewals(on = true): void {
+    this.#dropRenewals = on;
+  }
+
+  /** The next `n` calls fail with a `TransportError`. */
+  failNext(n: number): void {
+    this.#failNext = n;
+  }
+
+  get counts(): CallCounts {
+    return this.#counts;
+  }
+
+  acquire(request: AcquireRequest): Promise<AcquireResult> {
+    return this.#call('acquire', () => this.#inner.acquire(request));
+  }
+
+  renew(request: RenewRequest): Promise<RenewResult> {
+    return this.#call('renew', () => this.#inner.renew(request));
+  }
+
+  release(lease: Lease): Promise<boolean> {
+    return this.#call('release', () => this.#inner.release(lease));
+  }
+
+  watch(name: string, onReleased: () => void): () => void {
+    this.#counts.attempted.watch += 1;
+    this.#counts.forwarded.watch += 1;
+    // Notices do not cross a partition.
+    return this.#inner.watch(name, () => {
+      if (!this.#partition) onReleased();
+    });
+  }
+
+  async #call<T>(method: ServiceMethod, forward: () => Promise<T>, weight = 1): Promise<T> {
+    this.#counts.attempted[method] += weight;
+    if (this.#failNext > 0) {
+      this.#failNext -= 1;
+      throw new TransportError(`injected failure of ${method}`);
+    }
+    if (this.#partition === 'fail') throw new TransportError(`injected partition: ${method} refused`);
+    if (this.#partition === 'hang' || (method === 'renew' && this.#dropRenewals)) return this.#hang();
+    if (this.#latencyMs > 0) await this.#clock.sleep(this.#latencyMs);
+    this.#counts.forwarded[method] += weight;
+    return forward();
+  }
+
+  #hang<T>(): Promise<T> {
+    return new Promise<T>((_resolve, reject) => {
+      this.#hung.add(reject);
+    });
+  }
+}

@@ -1,0 +1,58 @@
+import { MemoryLockService } from '@dlock/core';
+import { FakeClock, FaultyLockService } from '@dlock/testing';
+import { lockServiceContract } from '@dlock/testing/contract';
+
+// The in-memory service on real time, as a remote adapter would be tested.
+lockServiceContract('MemoryLockService (system clock)', () => ({ service: new MemoryLockService() }), {
+  ttlMs: 200,
+});
+
+// The same contract with time driven by a FakeClock: the whole suite runs without real sleeps.
+{
+  let clock = new FakeClock();
+  lockServiceContract(
+    'MemoryLockService (FakeClock)',
+    () => {
+      clock = new FakeClock();
+      return { service: new MemoryLockService({ clock }) };
+    },
+    {
+      ttlMs: 200,
+      sleep: (ms) => clock.advance(ms),
+      clock: {
+        now: () => clock.now(),
+        monotonic: () => clock.monotonic(),
+        random: () => clock.random(),
+        sleep: (ms, signal, options) => clock.sleep(ms, signal, options),
+      },
+    },
+  );
+}
+
+// Through the fault wrapper: tokens keep increasing across a partition that heals.
+{
+  let faulty: FaultyLockService;
+  lockServiceContract(
+    'MemoryLockService behind FaultyLockService',
+    () => {
+      faulty = new FaultyLockService(new MemoryLockService());
+      return { service: faulty };
+    },
+    {
+      ttlMs: 200,
+      faults: [
+        {
+          name: 'partition (fail) then heal',
+          inject: async () => faulty.partition('fail'),
+          recover: async () => faulty.heal(),
+        },
+        {
+          name: 'partition (hang) then heal',
+          inject: async () => faulty.partition('hang'),
+          recover: async () => faulty.heal(),
+        },
+        { name: 'three failed calls', inject: async () => faulty.failNext(3), recover: async () => {} },
+      ],
+    },
+  );
+}

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The one command that installs everything, starts the servers the tests need and runs every check and test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+bash scripts/services.sh start
+rm -f packages/*/.vitest-results.json apps/*/.vitest-results.json
+status=0
+pnpm exec turbo run build typecheck --output-logs=errors-only || status=$?
+if [ "$status" = 0 ]; then pnpm exec biome ci . || status=$?; fi
+if [ "$status" = 0 ]; then pnpm exec turbo run test --concurrency=1 --output-logs=full || status=$?; fi
+node scripts/test-summary.mjs || status=$((status == 0 ? 1 : status))
+exit "$status"
