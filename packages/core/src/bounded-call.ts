@@ -1,14 +1,91 @@
 import type { Clock } from './clock.js';
 import { isDLockError, TransportError } from './errors.js';
 
+const SUPERSEDED = Symbol('superseded');
+
+interface Deadline {
+  readonly at: number;
+  readonly expire: () => void;
+}
+
+/**
+ * One timer for the deadlines of every service call a client has in flight. A timer per call would cost a
+ * `setTimeout` and a `clearTimeout` per call, and Node's timer lists can hit a slow path when durations come and go
+ * (measured here at ~110 µs per `setTimeout`). Deadlines are added and removed in O(1); the timer is re-armed only
+ * when a deadline earlier than the armed one arrives or when it fires.
+ *
+ * The timer is unref'd: it bounds calls, it does not keep the process alive (a real service's socket does that
+ * while a call is in flight).
+ */
+export class CallDeadlines {
+  readonly #clock: Clock;
+  readonly #entries = new Set<Deadline>();
+  #armedAt = Number.POSITIVE_INFINITY;
+  #timer: AbortController | undefined;
+
+  constructor(clock: Clock) {
+    this.#clock = clock;
+  }
+
+  add(at: number, expire: () => void): Deadline {
+    const entry: Deadline = { at, expire };
+    this.#entries.add(entry);
+    if (at < this.#armedAt) this.#arm(at);
+    return entry;
+  }
+
+  delete(entry: Deadline): void {
+    this.#entries.delete(entry);
+  }
+
+  /** Cancels the timer. Calls still in flight are no longer bounded; only use once none are. */
+  stop(): void {
+    this.#entries.clear();
+    this.#timer?.abort(SUPERSEDED);
+    this.#timer = undefined;
+    this.#armedAt = Number.POSITIVE_INFINITY;
+  }
+
+  #arm(at: number): void {
+    this.#timer?.abort(SUPERSEDED);
+    const timer = new AbortController();
+    this.#timer = timer;
+    this.#armedAt = at;
+    this.#clock.sleep(Math.max(0, at - this.#clock.monotonic()), timer.signal, { unref: true }).then(
+      () => {
+        if (this.#timer !== timer) return;
+        this.#timer = undefined;
+        this.#armedAt = Number.POSITIVE_INFINITY;
+        this.#fire();
+      },
+      () => {},
+    );
+  }
+
+  #fire(): void {
+    const now = this.#clock.monotonic();
+    let next = Number.POSITIVE_INFINITY;
+    for (const entry of [...this.#entries]) {
+      if (entry.at <= now) {
+        this.#entries.delete(entry);
+        entry.expire();
+      } else if (entry.at < next) {
+        next = entry.at;
+      }
+    }
+    if (next < this.#armedAt) this.#arm(next);
+  }
+}
+
 export interface BoundedCallOptions<T> {
+  readonly deadlines: CallDeadlines;
   readonly clock: Clock;
   /** The call fails with a `TransportError` when it has not settled after this many ms. */
   readonly timeoutMs: number;
   /** Aborting it settles the call at once with the signal's reason. */
   readonly signal?: AbortSignal | undefined;
-  /** Do not keep the process alive for the timeout timer (background work). */
-  readonly unref?: boolean;
+  /** Give the call an `AbortSignal` that aborts when the call is abandoned (only acquire takes one). */
+  readonly passSignal?: boolean;
   /** Receives the value if the call succeeds after it was abandoned, e.g. to release a grant nobody will use. */
   readonly onLate?: (value: T) => void;
   /** Describes the call in the timeout message. */
@@ -21,38 +98,36 @@ export interface BoundedCallOptions<T> {
  * throws that is not a dlock error becomes a `TransportError`.
  */
 export function boundedCall<T>(
-  call: (signal: AbortSignal) => Promise<T>,
+  call: (signal: AbortSignal | undefined) => Promise<T>,
   options: BoundedCallOptions<T>,
 ): Promise<T> {
-  const { clock, timeoutMs, signal, onLate } = options;
+  const { signal, onLate } = options;
   if (signal?.aborted) return Promise.reject(signal.reason);
-  const inner = new AbortController();
-  const timer = new AbortController();
+  const inner = options.passSignal ? new AbortController() : undefined;
   return new Promise<T>((resolve, reject) => {
     let settled = false;
     const finish = (fn: () => void): void => {
       if (settled) return;
       settled = true;
       signal?.removeEventListener('abort', onAbort);
-      timer.abort();
+      options.deadlines.delete(deadline);
       fn();
     };
     const onAbort = (): void => {
-      inner.abort(signal?.reason);
+      inner?.abort(signal?.reason);
       finish(() => reject(signal?.reason));
     };
     signal?.addEventListener('abort', onAbort, { once: true });
-    clock.sleep(timeoutMs, timer.signal, { unref: options.unref ?? false }).then(
-      () => {
-        const error = new TransportError(`${options.what} did not answer within ${timeoutMs} ms`);
-        inner.abort(error);
-        finish(() => reject(error));
-      },
-      () => {},
-    );
+    const deadline = options.deadlines.add(options.clock.monotonic() + options.timeoutMs, () => {
+      const error = new TransportError(
+        `${options.what} did not answer within ${Math.round(options.timeoutMs)} ms`,
+      );
+      inner?.abort(error);
+      finish(() => reject(error));
+    });
     let pending: Promise<T>;
     try {
-      pending = call(inner.signal);
+      pending = call(inner?.signal);
     } catch (error) {
       pending = Promise.reject(error);
     }

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
+import { setMaxListeners } from 'node:events';
 import { hostname } from 'node:os';
-import { boundedCall } from './bounded-call.js';
+import { boundedCall, CallDeadlines } from './bounded-call.js';
 import { type Clock, systemClock } from './clock.js';
 import {
   AcquireTimeoutError,
@@ -61,6 +62,7 @@ export class LockClient {
   readonly #pending = new Set<Promise<unknown>>();
   readonly #closing = new AbortController();
   readonly #host: HandleHost;
+  readonly #deadlines: CallDeadlines;
   #closed: Promise<void> | undefined;
 
   constructor(service: LockService, options?: LockClientOptions) {
@@ -74,8 +76,12 @@ export class LockClient {
     this.#options = resolveClientOptions(options, { clock: systemClock, ownerId: defaultOwnerId });
     this.#clock = this.#options.clock;
     this.ownerId = this.#options.ownerId;
+    this.#deadlines = new CallDeadlines(this.#clock);
+    // Every call in flight listens for close: thousands of concurrent acquires are normal, not a leak.
+    setMaxListeners(0, this.#closing.signal);
     this.#scheduler = new RenewalScheduler({
       clock: this.#clock,
+      deadlines: this.#deadlines,
       service,
       events: this.events,
       driftFactor: this.#options.driftFactor,
@@ -188,6 +194,8 @@ export class LockClient {
       return this.#releaseNow(handle).catch(() => {});
     });
     await Promise.allSettled([...releases, ...this.#pending]);
+    // Only now: the deadlines still bound the releases above.
+    this.#deadlines.stop();
   }
 
   #assertOpen(): void {
@@ -237,10 +245,12 @@ export class LockClient {
                 ownerId: this.ownerId,
                 ttlMs: opts.ttlMs,
                 waitMs: remaining,
-                signal: callSignal,
+                signal: callSignal as AbortSignal,
               }),
             {
+              deadlines: this.#deadlines,
               clock,
+              passSignal: true,
               timeoutMs: remaining + operationTimeoutMs,
               signal,
               what: `acquire "${name}"`,
@@ -351,10 +361,10 @@ export class LockClient {
   }
 
   #bestEffortRelease(lease: Lease): void {
-    void boundedCall((signal) => (signal.aborted ? Promise.resolve(false) : this.#service.release(lease)), {
+    boundedCall(() => this.#service.release(lease), {
+      deadlines: this.#deadlines,
       clock: this.#clock,
       timeoutMs: this.#options.operationTimeoutMs,
-      unref: true,
       what: `release "${lease.name}"`,
     }).catch(() => {});
   }
@@ -381,14 +391,12 @@ export class LockClient {
       heldMs: at - handle.acquiredAt,
     });
     await this.#track(
-      boundedCall(
-        (signal) => (signal.aborted ? Promise.resolve(false) : this.#service.release(handle.lease)),
-        {
-          clock: this.#clock,
-          timeoutMs: this.#options.operationTimeoutMs,
-          what: `release "${handle.name}"`,
-        },
-      ),
+      boundedCall(() => this.#service.release(handle.lease), {
+        deadlines: this.#deadlines,
+        clock: this.#clock,
+        timeoutMs: this.#options.operationTimeoutMs,
+        what: `release "${handle.name}"`,
+      }),
     );
   }
 

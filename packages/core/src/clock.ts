@@ -44,7 +44,9 @@ export const systemClock: Clock = Object.freeze({
           signal?.removeEventListener('abort', onAbort);
           resolve();
         },
-        Math.max(0, ms),
+        // Whole milliseconds: Node keeps one timer list per distinct duration, so fractional durations (as
+        // computed deadlines are) would each cost a new list.
+        Math.max(0, Math.ceil(ms)),
       );
       if (options?.unref) timer.unref();
       signal?.addEventListener('abort', onAbort, { once: true });

@@ -71,7 +71,10 @@ export class Handle implements LockHandle {
   /** Nesting depth of reentrant acquires still to be released. */
   holds = 1;
   readonly #host: HandleHost;
-  readonly #controller = new AbortController();
+  /** Created on first use of `signal`: most handles are never asked for one, and an abort is not free. */
+  #controller: AbortController | undefined;
+  /** Builds the signal's abort reason; errors capture a stack, so only when someone looks. */
+  #endReason: (() => Error) | undefined;
   readonly #lostCallbacks: LostCallback[] = [];
   #state: HandleState = 'held';
 
@@ -103,6 +106,10 @@ export class Handle implements LockHandle {
   }
 
   get signal(): AbortSignal {
+    if (!this.#controller) {
+      this.#controller = new AbortController();
+      if (this.#endReason) this.#controller.abort(this.#endReason());
+    }
     return this.#controller.signal;
   }
 
@@ -148,7 +155,7 @@ export class Handle implements LockHandle {
     if (this.#state !== 'held') return false;
     this.#state = 'released';
     this.holds = 0;
-    this.#controller.abort(new LockReleasedError(this.name, this.fencingToken));
+    this.#end(() => new LockReleasedError(this.name, this.fencingToken));
     return true;
   }
 
@@ -157,7 +164,12 @@ export class Handle implements LockHandle {
     if (this.#state !== 'held') return null;
     this.#state = 'lost';
     this.holds = 0;
-    this.#controller.abort(new LockLostError(this.name, this.fencingToken, reason, { cause }));
+    this.#end(() => new LockLostError(this.name, this.fencingToken, reason, { cause }));
     return this.#lostCallbacks.splice(0);
+  }
+
+  #end(reason: () => Error): void {
+    this.#endReason = reason;
+    this.#controller?.abort(reason());
   }
 }

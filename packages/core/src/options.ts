@@ -64,18 +64,19 @@ function isObject(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null;
 }
 
-function check(condition: boolean, field: string, problem: string): asserts condition {
-  if (!condition) throw new InvalidArgumentError(field, problem);
+/** `problem` may be a function so that messages are only formatted on failure (this runs on every acquire). */
+function check(condition: boolean, field: string, problem: string | (() => string)): asserts condition {
+  if (!condition) throw new InvalidArgumentError(field, typeof problem === 'string' ? problem : problem());
 }
 
 function numberIn(value: unknown, field: string, min: number, max: number, integer: boolean): number {
   check(
     typeof value === 'number' && Number.isFinite(value),
     field,
-    `must be a finite number, got ${describe(value)}`,
+    () => `must be a finite number, got ${describe(value)}`,
   );
-  check(!integer || Number.isInteger(value), field, `must be an integer, got ${value}`);
-  check(value >= min && value <= max, field, `must be between ${min} and ${max}, got ${value}`);
+  check(!integer || Number.isInteger(value), field, () => `must be an integer, got ${value}`);
+  check(value >= min && value <= max, field, () => `must be between ${min} and ${max}, got ${value}`);
   return value;
 }
 
@@ -93,12 +94,13 @@ function describe(value: unknown): string {
 
 /** Lock names: non-empty strings of at most 1024 UTF-8 bytes. Any content is allowed; adapters encode it. */
 export function validateName(name: unknown, field = 'name'): string {
-  check(typeof name === 'string', field, `must be a string, got ${describe(name)}`);
+  check(typeof name === 'string', field, () => `must be a string, got ${describe(name)}`);
   check(name.length > 0, field, 'must not be empty');
   // A lone surrogate has no UTF-8 form: encoders replace it with U+FFFD, so two different names would map to one key.
   check(!/\p{Cs}/u.test(name), field, 'must be well-formed Unicode (no lone surrogates)');
-  const bytes = utf8.encode(name).length;
-  check(bytes <= MAX_NAME_BYTES, field, `must be at most ${MAX_NAME_BYTES} UTF-8 bytes, got ${bytes}`);
+  // A UTF-16 code unit takes at most 3 UTF-8 bytes: short names need no encoding to be known small enough.
+  const bytes = name.length * 3 <= MAX_NAME_BYTES ? name.length : utf8.encode(name).length;
+  check(bytes <= MAX_NAME_BYTES, field, () => `must be at most ${MAX_NAME_BYTES} UTF-8 bytes, got ${bytes}`);
   return name;
 }
 
@@ -115,11 +117,11 @@ export function resolveClientOptions(
   defaults: { clock: Clock; ownerId: () => string },
 ): ResolvedClientOptions {
   const o = optional(options, {}, (v) => {
-    check(isObject(v), 'options', `must be an object, got ${describe(v)}`);
+    check(isObject(v), 'options', () => `must be an object, got ${describe(v)}`);
     return v;
   }) as Record<string, unknown>;
   const retry = optional(o['retry'], {}, (v) => {
-    check(isObject(v), 'options.retry', `must be an object, got ${describe(v)}`);
+    check(isObject(v), 'options.retry', () => `must be an object, got ${describe(v)}`);
     return v;
   }) as Record<string, unknown>;
   const retryBaseMs = optional(retry['baseMs'], 50, (v) =>
@@ -153,7 +155,11 @@ export function resolveClientOptions(
 }
 
 export function resolveAcquireOptions(options: unknown): ResolvedAcquireOptions {
-  check(isObject(options), 'options', `must be an object with at least ttlMs, got ${describe(options)}`);
+  check(
+    isObject(options),
+    'options',
+    () => `must be an object with at least ttlMs, got ${describe(options)}`,
+  );
   const signal = options['signal'];
   check(signal === undefined || signal instanceof AbortSignal, 'options.signal', 'must be an AbortSignal');
   const onLost = options['onLost'];
@@ -170,6 +176,6 @@ export function resolveAcquireOptions(options: unknown): ResolvedAcquireOptions 
 }
 
 export function validateCallback(value: unknown, field: string): () => void {
-  check(typeof value === 'function', field, `must be a function, got ${describe(value)}`);
+  check(typeof value === 'function', field, () => `must be a function, got ${describe(value)}`);
   return value as () => void;
 }

@@ -1,4 +1,4 @@
-import { boundedCall } from './bounded-call.js';
+import { boundedCall, type CallDeadlines } from './bounded-call.js';
 import type { Clock } from './clock.js';
 import { isDLockError, type LostReason, TransportError } from './errors.js';
 import type { LockEvents } from './events.js';
@@ -6,8 +6,11 @@ import type { Handle } from './handle.js';
 import type { LockService, RenewRequest, RenewResult } from './service.js';
 import { jitter, renewIntervalMs, renewMarginMs, updateRttEstimate, validUntil } from './timing.js';
 
+const DISARMED = Symbol('disarmed');
+
 export interface RenewalSchedulerDeps {
   readonly clock: Clock;
+  readonly deadlines: CallDeadlines;
   readonly service: LockService;
   readonly events: LockEvents;
   readonly driftFactor: number;
@@ -47,8 +50,9 @@ export class RenewalScheduler {
 
   /** Called synchronously at the start of release, so no renewal can be sent for a handle being released. */
   remove(handle: Handle): void {
+    // The timer stays armed: it is unref'd, and when it fires with nothing to do it simply stops. Disarming here
+    // would cost a timer per acquire/release cycle.
     this.#handles.delete(handle);
-    if (this.#handles.size === 0) this.#disarm();
   }
 
   /** Runs a tick soon, e.g. when `isHeld()` noticed a passed deadline before the timer fired. */
@@ -69,7 +73,7 @@ export class RenewalScheduler {
 
   /** Renews one handle now (manual `renew()`), outside the batch. */
   async renewOne(handle: Handle): Promise<boolean> {
-    const [outcome] = await this.#renewBatch([handle], true);
+    const [outcome] = await this.#renewBatch([handle]);
     if (outcome instanceof Error) throw outcome;
     return outcome === true;
   }
@@ -108,7 +112,7 @@ export class RenewalScheduler {
   }
 
   #disarm(): void {
-    this.#timer?.abort();
+    this.#timer?.abort(DISARMED);
     this.#timer = undefined;
     this.#timerDueAt = Number.POSITIVE_INFINITY;
   }
@@ -132,12 +136,17 @@ export class RenewalScheduler {
       if (!handle.renewInFlight && handle.renewDueAt - now <= renewIntervalMs(handle.ttlMs) / 5)
         batch.push(handle);
     }
-    if (batch.length > 0) void this.#renewBatch(batch, false);
+    if (batch.length > 0) {
+      // #renewBatch handles every failure itself; this catch only keeps a bug from becoming an unhandled rejection.
+      this.#renewBatch(batch).catch((error: unknown) => {
+        process.emitWarning(`dlock: renewal batch failed unexpectedly: ${String(error)}`, 'DLockWarning');
+      });
+    }
     this.#arm();
   }
 
   /** Renews handles in one round trip; resolves per handle to true, false (refused) or the transport error. */
-  async #renewBatch(handles: readonly Handle[], manual: boolean): Promise<(boolean | Error)[]> {
+  async #renewBatch(handles: readonly Handle[]): Promise<(boolean | Error)[]> {
     const { clock, service, operationTimeoutMs } = this.#deps;
     for (const handle of handles) handle.renewInFlight = true;
     const requests: RenewRequest[] = handles.map((h) => ({ lease: h.lease, ttlMs: h.ttlMs }));
@@ -145,12 +154,11 @@ export class RenewalScheduler {
     let results: readonly RenewResult[] | Error;
     try {
       results = await boundedCall(
-        (signal) => {
-          if (signal.aborted) throw signal.reason;
+        () => {
           if (service.renewMany && requests.length > 1) return service.renewMany(requests);
           return Promise.all(requests.map((request) => service.renew(request)));
         },
-        { clock, timeoutMs: operationTimeoutMs, unref: !manual, what: 'renew' },
+        { deadlines: this.#deps.deadlines, clock, timeoutMs: operationTimeoutMs, what: 'renew' },
       );
       if (!Array.isArray(results) || results.length !== requests.length) {
         results = new TransportError(

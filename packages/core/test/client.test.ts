@@ -87,7 +87,8 @@ describe('close()', () => {
     const clock = new FakeClock();
     const client = new LockClient(new MemoryLockService({ clock }), { clock });
     await client.acquire('a', { ttlMs: TTL });
-    expect(clock.pendingTimers).toBe(1);
+    // The renewal scheduler's timer and the one shared timer bounding service calls.
+    expect(clock.pendingTimers).toBe(2);
     await client.close();
     await clock.advance(0);
     expect(clock.pendingTimers).toBe(0);
@@ -105,7 +106,7 @@ describe('close()', () => {
 });
 
 describe('renewal at scale', () => {
-  it('10,000 held handles use one timer, and renewals due together go out in batches', async () => {
+  it('10,000 held handles use two timers, and renewals due together go out in batches', async () => {
     const clock = new FakeClock();
     const memory = new MemoryLockService({ clock });
     let batches = 0;
@@ -125,10 +126,10 @@ describe('renewal at scale', () => {
     const handles = await Promise.all(
       Array.from({ length: 10_000 }, (_, i) => client.acquire(`lock-${i}`, { ttlMs: TTL })),
     );
-    expect(clock.pendingTimers).toBe(1);
+    expect(clock.pendingTimers).toBeLessThanOrEqual(2); // renewal scheduler + call deadlines, whatever the count
     await clock.advance(10 * TTL);
     expect(handles.every((h) => h.state === 'held')).toBe(true);
-    expect(clock.pendingTimers).toBe(1);
+    expect(clock.pendingTimers).toBeLessThanOrEqual(2);
     // Each handle renews ~3 times per TTL: ~300,000 renewals over 10 TTLs, in a few hundred batches at most.
     expect(renewed).toBeGreaterThanOrEqual(10_000 * 28);
     expect(batches).toBeLessThanOrEqual(10 * 3 * 10);

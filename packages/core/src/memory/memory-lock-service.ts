@@ -33,6 +33,8 @@ export class MemoryLockService implements LockService {
   readonly #locks = new Map<string, Entry>();
   readonly #watchers = new Map<string, Set<() => void>>();
   #lastToken = 0n;
+  /** Ownership tokens are this random prefix plus the fencing token: unique, unguessable, and cheap to make. */
+  readonly #tokenPrefix = randomBytes(16).toString('base64url');
 
   constructor(options: MemoryLockServiceOptions = {}) {
     this.#clock = options.clock ?? systemClock;
@@ -43,7 +45,7 @@ export class MemoryLockService implements LockService {
     if (current) return { acquired: false, holderExpiresInMs: current.expiresAt - this.#clock.monotonic() };
     this.#lastToken += 1n;
     const entry: Entry = {
-      ownershipToken: randomBytes(20).toString('base64url'),
+      ownershipToken: `${this.#tokenPrefix}.${this.#lastToken}`,
       fencingToken: this.#lastToken,
       expiresAt: this.#clock.monotonic() + request.ttlMs,
     };
