@@ -3,16 +3,12 @@
 //   (B) N held locks with auto-renewal for a while: renewal batches per second, renewals per second, client CPU.
 // Usage: node bench/core.mjs [--locks 1000,10000] [--seconds 10] [--ttl 3000]
 import { performance } from 'node:perf_hooks';
+import { parseArgs } from 'node:util';
 import { LockClient, MemoryLockService } from '@dlock/core';
 
-const args = Object.fromEntries(
-  process.argv
-    .slice(2)
-    .reduce(
-      (pairs, arg, i, all) => (arg.startsWith('--') ? [...pairs, [arg.slice(2), all[i + 1]]] : pairs),
-      [],
-    ),
-);
+const { values: args } = parseArgs({
+  options: { locks: { type: 'string' }, seconds: { type: 'string' }, ttl: { type: 'string' } },
+});
 const lockCounts = String(args.locks ?? '1000,10000')
   .split(',')
   .map(Number);
