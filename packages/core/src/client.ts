@@ -277,7 +277,7 @@ export class LockClient {
           if (lastError !== undefined) throw lastError;
           throw new AcquireTimeoutError(name, now - startedAt, attempts);
         }
-        unwatch ??= this.#service.watch(name, () => wake.notify());
+        unwatch ??= this.#watchQuietly(name, () => wake.notify());
         const hint = result && !result.acquired ? result.holderExpiresInMs : undefined;
         const backoff = fullJitterBackoff(attempts - 1, retryBaseMs, retryCapMs, () => clock.random());
         // An expiry hint says exactly when to look again; a little jitter keeps waiters from arriving together.
@@ -290,6 +290,16 @@ export class LockClient {
     } finally {
       unwatch?.();
       linked.dispose();
+    }
+  }
+
+  /** Watches are a latency optimisation: a service that cannot set one up leaves the waiter to its backoff. */
+  #watchQuietly(name: string, onReleased: () => void): () => void {
+    try {
+      const unwatch = this.#service.watch(name, onReleased);
+      return typeof unwatch === 'function' ? unwatch : () => {};
+    } catch {
+      return () => {};
     }
   }
 

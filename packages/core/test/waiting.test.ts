@@ -215,3 +215,27 @@ describe('waiting for a busy lock', () => {
     expect((abortedWith as Error).message).toBe('stop');
   });
 });
+
+describe('a misbehaving watch', () => {
+  it('falls back to backoff when watch() throws', async () => {
+    const clock = new FakeClock();
+    const memory = new MemoryLockService({ clock });
+    const service: LockService = {
+      acquire: (r) => memory.acquire(r),
+      renew: (r) => memory.renew(r),
+      release: (l) => memory.release(l),
+      watch: () => {
+        throw new Error('watch unavailable');
+      },
+    };
+    const holder = new LockClient(service, { clock });
+    const waiter = new LockClient(service, { clock, retry: { baseMs: 50, capMs: 200 } });
+    const first = await holder.acquire('a', { ttlMs: 60_000 });
+    const pending = outcome(waiter.acquire('a', { ttlMs: TTL, waitMs: 5_000 }));
+    await clock.advance(300);
+    await first.release();
+    await clock.advanceUntil(() => pending.done, 1_000);
+    expect(pending.value).toBeDefined();
+    expect(clock.monotonic()).toBeLessThanOrEqual(300 + 200);
+  });
+});
