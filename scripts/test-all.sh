@@ -9,5 +9,6 @@ status=0
 pnpm exec turbo run build typecheck --output-logs=errors-only || status=$?
 if [ "$status" = 0 ]; then pnpm exec biome ci . || status=$?; fi
 if [ "$status" = 0 ]; then pnpm exec turbo run test --concurrency=1 --output-logs=full || status=$?; fi
+if [ "$status" = 0 ]; then bash scripts/pack-check.sh || status=$?; fi
 node scripts/test-summary.mjs || status=$((status == 0 ? 1 : status))
 exit "$status"
