@@ -9,22 +9,14 @@ lockServiceContract('MemoryLockService (system clock)', () => ({ service: new Me
 
 // The same contract with time driven by a FakeClock: the whole suite runs without real sleeps.
 {
-  let clock = new FakeClock();
+  const clock = new FakeClock();
   lockServiceContract(
     'MemoryLockService (FakeClock)',
-    () => {
-      clock = new FakeClock();
-      return { service: new MemoryLockService({ clock }) };
-    },
+    () => ({ service: new MemoryLockService({ clock }) }),
     {
       ttlMs: 200,
       sleep: (ms) => clock.advance(ms),
-      clock: {
-        now: () => clock.now(),
-        monotonic: () => clock.monotonic(),
-        random: () => clock.random(),
-        sleep: (ms, signal, options) => clock.sleep(ms, signal, options),
-      },
+      clock,
     },
   );
 }

@@ -1,0 +1,146 @@
+import { LockClient, type LockService, MemoryLockService, TransportError } from '@dlock/core';
+import { FakeClock, FaultyLockService, FencedStore } from '@dlock/testing';
+import { describe, expect, it } from 'vitest';
+
+const request = (name: string) => ({
+  name,
+  ownerId: 'o',
+  ttlMs: 1_000,
+  waitMs: 0,
+  signal: new AbortController().signal,
+});
+
+function setup() {
+  const clock = new FakeClock();
+  const memory = new MemoryLockService({ clock });
+  const faulty = new FaultyLockService(memory, { clock });
+  return { clock, memory, faulty };
+}
+
+describe('FaultyLockService', () => {
+  it('forwards everything and counts calls when no fault is set', async () => {
+    const { faulty, memory } = setup();
+    const result = await faulty.acquire(request('a'));
+    expect(result.acquired).toBe(true);
+    expect(memory.holder('a')).toBe(1n);
+    expect(faulty.counts.attempted.acquire).toBe(1);
+    expect(faulty.counts.forwarded.acquire).toBe(1);
+  });
+
+  it('partition("fail") refuses every call at once, without reaching the service; heal() restores', async () => {
+    const { faulty, memory } = setup();
+    faulty.partition('fail');
+    await expect(faulty.acquire(request('a'))).rejects.toBeInstanceOf(TransportError);
+    expect(memory.holder('a')).toBeUndefined();
+    expect(faulty.counts.forwarded.acquire).toBe(0);
+    faulty.heal();
+    expect((await faulty.acquire(request('a'))).acquired).toBe(true);
+  });
+
+  it('partition("hang") leaves calls pending until heal(), which fails them like a reset', async () => {
+    const { faulty, clock } = setup();
+    faulty.partition('hang');
+    let settled: unknown = 'pending';
+    faulty.acquire(request('a')).then(
+      (v) => {
+        settled = v;
+      },
+      (e: unknown) => {
+        settled = e;
+      },
+    );
+    await clock.advance(60_000);
+    expect(settled).toBe('pending');
+    faulty.heal();
+    await clock.advance(0);
+    expect(settled).toBeInstanceOf(TransportError);
+  });
+
+  it('latency(ms) delays each call on the injected clock', async () => {
+    const { faulty, clock } = setup();
+    faulty.latency(250);
+    let done = false;
+    void faulty.acquire(request('a')).then(() => {
+      done = true;
+    });
+    await clock.advance(249);
+    expect(done).toBe(false);
+    await clock.advance(1);
+    expect(done).toBe(true);
+  });
+
+  it('failNext(n) fails exactly the next n calls', async () => {
+    const { faulty } = setup();
+    faulty.failNext(2);
+    await expect(faulty.acquire(request('a'))).rejects.toBeInstanceOf(TransportError);
+    await expect(faulty.acquire(request('a'))).rejects.toBeInstanceOf(TransportError);
+    expect((await faulty.acquire(request('a'))).acquired).toBe(true);
+  });
+
+  it('dropRenewals() swallows renewals: a client loses the lock at its deadline, never renewed past it', async () => {
+    const { faulty, clock, memory } = setup();
+    const client = new LockClient(faulty, { clock, operationTimeoutMs: 60_000 });
+    const handle = await client.acquire('a', { ttlMs: 3_000 });
+    faulty.dropRenewals();
+    await clock.advanceUntil(() => handle.state !== 'held', 10_000);
+    expect(handle.state).toBe('lost');
+    expect(clock.monotonic()).toBeLessThanOrEqual(handle.expiresAt);
+    expect(faulty.counts.attempted.renew).toBeGreaterThan(0);
+    expect(faulty.counts.forwarded.renew).toBe(0);
+    await clock.advance(100);
+    expect(memory.holder('a')).toBeUndefined(); // the service's lease ran out too
+    faulty.heal();
+    await client.close();
+  });
+
+  it('faults a renewMany batch as one call and exposes renewMany only when the inner service has it', async () => {
+    const { faulty } = setup();
+    expect(typeof faulty.renewMany).toBe('function');
+    const grant = await faulty.acquire(request('a'));
+    if (!grant.acquired) throw new Error('expected a grant');
+    const lease = { name: 'a', ownerId: 'o', ...grant.grant };
+    faulty.failNext(1);
+    await expect(
+      faulty.renewMany?.([
+        { lease, ttlMs: 1_000 },
+        { lease, ttlMs: 1_000 },
+      ]),
+    ).rejects.toBeInstanceOf(TransportError);
+    const plain: LockService = {
+      acquire: async () => ({ acquired: false }),
+      renew: async () => ({ renewed: false }),
+      release: async () => false,
+      watch: () => () => {},
+    };
+    expect(new FaultyLockService(plain).renewMany).toBeUndefined();
+  });
+
+  it('does not deliver release notices across a partition', async () => {
+    const { faulty, memory } = setup();
+    let notices = 0;
+    faulty.watch('a', () => {
+      notices += 1;
+    });
+    const result = await memory.acquire(request('a'));
+    if (!result.acquired) throw new Error('expected a grant');
+    faulty.partition('fail');
+    await memory.release({ name: 'a', ownerId: 'o', ...result.grant });
+    await Promise.resolve();
+    expect(notices).toBe(0);
+  });
+});
+
+describe('FencedStore', () => {
+  it('accepts equal and higher tokens, rejects lower ones, and records both', () => {
+    const store = new FencedStore<number>();
+    expect(store.write('r', 5n, 1)).toEqual({ accepted: true });
+    expect(store.write('r', 5n, 2)).toEqual({ accepted: true });
+    expect(store.write('r', 4n, 3)).toEqual({ accepted: false, highWaterMark: 5n });
+    expect(store.write('r', 7n, 4)).toEqual({ accepted: true });
+    expect(store.write('other', 1n, 5)).toEqual({ accepted: true });
+    expect(store.read('r')).toBe(4);
+    expect(store.highWaterMark('r')).toBe(7n);
+    expect(store.accepted.map((w) => w.token)).toEqual([5n, 5n, 7n, 1n]);
+    expect(store.rejected).toMatchObject([{ resource: 'r', token: 4n, value: 3, highWaterMark: 5n }]);
+  });
+});
