@@ -13,7 +13,11 @@ for (const dir of ['packages', 'apps']) {
     if (!existsSync(file)) continue;
     const report = JSON.parse(readFileSync(file, 'utf8'));
     const p = report.numPassedTests ?? 0;
-    const f = (report.numFailedTests ?? 0) + (report.numFailedTestSuites ?? 0);
+    // A file that failed without a failing test (an import error, a crash) counts as one failure.
+    const brokenFiles = (report.testResults ?? []).filter(
+      (file) => file.status === 'failed' && !(file.assertionResults ?? []).some((t) => t.status === 'failed'),
+    ).length;
+    const f = (report.numFailedTests ?? 0) + brokenFiles;
     const s = (report.numPendingTests ?? 0) + (report.numTodoTests ?? 0);
     passed += p;
     failed += f;

@@ -1,7 +1,11 @@
 // Compiled against the packed packages with plain tsc (NodeNext) and run with plain node: proves that the exports
 // maps, the type declarations and the runtime entry points work for a user outside this workspace.
 import { isDLockError, LockClient, MemoryLockService } from '@dlock/core';
+import { fenced } from '@dlock/fencing-kysely';
+import { FencingGate, StaleFencingTokenError } from '@dlock/fencing-pg';
 import { FakeClock, FencedStore } from '@dlock/testing';
+import { Kysely, PostgresDialect } from 'kysely';
+import pg from 'pg';
 
 const clock = new FakeClock();
 const client = new LockClient(new MemoryLockService({ clock }), { clock });
@@ -14,3 +18,26 @@ const error = await client.acquire('', { ttlMs: 1_000 }).catch((e: unknown) => e
 if (!isDLockError(error) || error.code !== 'INVALID_ARGUMENT') throw new Error('expected INVALID_ARGUMENT');
 await client.close();
 console.log('pack-check: @dlock/core and @dlock/testing install and work on their own');
+
+// The fencing gates, each on its own, against the local PostgreSQL when one answers (CI always has one).
+
+const pool = new pg.Pool({
+  connectionString: 'postgres://postgres@127.0.0.1:5432/test',
+  max: 2,
+});
+const table = `pack_check_${process.pid}`;
+const gate = new FencingGate({ table });
+try {
+  await gate.ensureSchema(pool);
+  await gate.run(pool, 'smoke', 2n, async (tx) => tx.query('select 1'));
+  const stale = await gate.run(pool, 'smoke', 1n, async () => 'written').catch((e: unknown) => e);
+  if (!(stale instanceof StaleFencingTokenError) || stale.highWaterMark !== 2n)
+    throw new Error('expected a stale rejection');
+  const db = new Kysely<Record<string, never>>({ dialect: new PostgresDialect({ pool }) });
+  const value = await fenced(db, 'smoke', 3, async () => 'kysely ok', { table });
+  if (value !== 'kysely ok') throw new Error('fenced() did not return the callback value');
+  console.log('pack-check: @dlock/fencing-pg and @dlock/fencing-kysely install and work on their own');
+} finally {
+  await pool.query(gate.sql.dropTable);
+  await pool.end();
+}

@@ -1,0 +1,102 @@
+/**
+ * The errors every fencing gate throws. Match on `code` (stable), never on messages.
+ *
+ * The `Symbol.for('dlock.error')` brand is the same one `@dlock/core` uses, so `isDLockError` from either package
+ * recognises errors from the other, and from duplicated installs, without these packages depending on core.
+ */
+const BRAND = Symbol.for('dlock.error');
+
+/** Every `code` a fencing gate can put on an error. */
+export type FencingErrorCode = 'STALE_FENCING_TOKEN' | 'INVALID_ARGUMENT' | 'FENCE_CONFLICT' | 'FENCE_BUSY';
+
+/**
+ * Base class of the fencing errors.
+ *
+ * `retryable` is true when running the whole transaction again (with a fresh token read from the same lock) can
+ * succeed; a stale token or a bad argument never becomes valid by retrying.
+ */
+export abstract class FencingError extends Error {
+  abstract readonly code: FencingErrorCode;
+  abstract readonly retryable: boolean;
+  readonly [BRAND] = true;
+
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = new.target.name;
+  }
+}
+
+/**
+ * True for any dlock error (core or fencing), including those thrown by another installed copy of a dlock package.
+ *
+ * @example
+ * ```ts
+ * try { await gate.run(pool, 'orders/42', token, write); }
+ * catch (e) { if (isDLockError(e) && e.code === 'STALE_FENCING_TOKEN') return; throw e; }
+ * ```
+ */
+export function isDLockError(value: unknown): value is Error & { readonly code: string } {
+  return typeof value === 'object' && value !== null && (value as { [BRAND]?: unknown })[BRAND] === true;
+}
+
+/**
+ * The token is lower than the resource's high-water mark: a newer lock holder has already written. The write was
+ * not applied and the transaction was (or, inside your own transaction, must be) rolled back. Never retry with the
+ * same token; the lock this token came from is lost.
+ */
+export class StaleFencingTokenError extends FencingError {
+  readonly code = 'STALE_FENCING_TOKEN';
+  readonly retryable = false;
+  constructor(
+    readonly resource: string,
+    readonly token: bigint,
+    /** The stored mark that beat `token`; always greater than `token`. */
+    readonly highWaterMark: bigint,
+  ) {
+    super(`fencing token ${token} for "${resource}" is stale: the high-water mark is ${highWaterMark}`);
+  }
+}
+
+/** A public call received a value of the wrong type or range. Thrown before any SQL is sent. */
+export class InvalidArgumentError extends FencingError {
+  readonly code = 'INVALID_ARGUMENT';
+  readonly retryable = false;
+  constructor(
+    /** Name of the offending argument or option, e.g. `token` or `options.table`. */
+    readonly field: string,
+    problem: string,
+  ) {
+    super(`${field} ${problem}`);
+  }
+}
+
+/**
+ * The database aborted the transaction to keep it serializable: SQLSTATE 40001 (serialization failure) or 40P01
+ * (deadlock) on PostgreSQL, 1213 (deadlock) on MySQL/MariaDB, `SQLITE_BUSY*` on SQLite. Nothing was committed.
+ * Retry the whole transaction, not just the gate: see `withFenceRetry`.
+ */
+export class FenceConflictError extends FencingError {
+  readonly code = 'FENCE_CONFLICT';
+  readonly retryable = true;
+  constructor(
+    readonly resource: string,
+    cause: unknown,
+  ) {
+    super(`transaction fenced on "${resource}" was aborted by a concurrent transaction; retry it`, { cause });
+  }
+}
+
+/**
+ * The gate gave up waiting for the fence row because another transaction held it longer than the configured bound
+ * (SQLSTATE 55P03 from `lock_timeout` on PostgreSQL, 1205 on MySQL/MariaDB). Nothing was committed.
+ */
+export class FenceBusyError extends FencingError {
+  readonly code = 'FENCE_BUSY';
+  readonly retryable = true;
+  constructor(
+    readonly resource: string,
+    cause: unknown,
+  ) {
+    super(`fence row for "${resource}" stayed locked by another transaction past the wait bound`, { cause });
+  }
+}

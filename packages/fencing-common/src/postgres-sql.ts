@@ -1,0 +1,62 @@
+/**
+ * The PostgreSQL statements, shared by `@dlock/fencing-pg` and `@dlock/fencing-kysely` (PostgreSQL and PGlite) so
+ * the two gates cannot drift apart. Parameters: `$1` resource, `$2` token as a decimal string.
+ */
+export interface PostgresFencingStatements {
+  readonly createTable: string;
+  readonly dropTable: string;
+  /** One row back: accepted, and the row is locked. Zero rows: stale, and the row is locked too. */
+  readonly guard: string;
+  /** Reads the mark as text, because node-postgres returns int8 as a string and Number() would lose digits. */
+  readonly highWaterMark: string;
+}
+
+/** Double-quotes an identifier for PostgreSQL and SQLite. Callers validate it first; quoting is the second wall. */
+export function quoteIdentifier(identifier: string): string {
+  return `"${identifier.replaceAll('"', '""')}"`;
+}
+
+/** Builds the statements for a table; `schema` and `table` must already be validated identifiers. */
+export function postgresFencingStatements(
+  table: string,
+  schema: string | undefined,
+): PostgresFencingStatements {
+  const name =
+    schema === undefined ? quoteIdentifier(table) : `${quoteIdentifier(schema)}.${quoteIdentifier(table)}`;
+  return Object.freeze({
+    createTable: `CREATE TABLE IF NOT EXISTS ${name} (
+  resource   text   PRIMARY KEY CHECK (octet_length(resource) BETWEEN 1 AND 1024),
+  last_token bigint NOT NULL CHECK (last_token > 0)
+)`,
+    dropTable: `DROP TABLE IF EXISTS ${name}`,
+    // ON CONFLICT makes "insert the first mark" and "raise an existing mark" one atomic step: two first writers
+    // cannot both insert, the loser waits for the winner's row and then evaluates the WHERE against the newest
+    // committed mark. The conflicting row is locked even when the WHERE fails, so it stays locked until COMMIT
+    // or ROLLBACK and writers of one resource are serialised behind the gate.
+    guard: `INSERT INTO ${name} AS f (resource, last_token) VALUES ($1, $2::bigint)
+ON CONFLICT (resource) DO UPDATE SET last_token = EXCLUDED.last_token
+WHERE f.last_token <= EXCLUDED.last_token
+RETURNING 1 AS accepted`,
+    highWaterMark: `SELECT last_token::text AS last_token FROM ${name} WHERE resource = $1`,
+  });
+}
+
+/**
+ * Runs an idempotent `CREATE TABLE IF NOT EXISTS` on PostgreSQL, where two concurrent ones can both pass the
+ * existence check and then collide in the catalog (23505 on pg_type's index, 42P07 duplicate table, 42710
+ * duplicate type). The other creator won, so another attempt finds the table; each round has a winner, so a few
+ * attempts cover any number of racers.
+ */
+export async function createTableRacingOthers(create: () => Promise<unknown>, attempts = 5): Promise<void> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await create();
+      return;
+    } catch (error) {
+      const code =
+        typeof error === 'object' && error !== null ? (error as { code?: unknown }).code : undefined;
+      const lostRace = code === '23505' || code === '42P07' || code === '42710';
+      if (!lostRace || attempt >= attempts) throw error;
+    }
+  }
+}

@@ -1,0 +1,74 @@
+import { describe, expect, it } from 'vitest';
+import {
+  FenceBusyError,
+  FenceConflictError,
+  InvalidArgumentError,
+  StaleFencingTokenError,
+} from './errors.js';
+import { withFenceRetry } from './retry.js';
+
+const fast = { baseDelayMs: 0, maxDelayMs: 0 };
+
+describe('withFenceRetry', () => {
+  it('retries conflicts and busy waits until an attempt succeeds', async () => {
+    const seen: number[] = [];
+    const result = await withFenceRetry(async (n) => {
+      seen.push(n);
+      if (n === 1) throw new FenceConflictError('r', new Error('40001'));
+      if (n === 2) throw new FenceBusyError('r', new Error('55P03'));
+      return 'done';
+    }, fast);
+    expect(result).toBe('done');
+    expect(seen).toEqual([1, 2, 3]);
+  });
+
+  it('gives up after maxAttempts with the last error', async () => {
+    let calls = 0;
+    const error = await withFenceRetry(
+      async () => {
+        calls++;
+        throw new FenceConflictError('r', new Error(`attempt ${calls}`));
+      },
+      { ...fast, maxAttempts: 3 },
+    ).catch((e: unknown) => e);
+    expect(calls).toBe(3);
+    expect(error).toBeInstanceOf(FenceConflictError);
+    expect((error as FenceConflictError).cause).toMatchObject({ message: 'attempt 3' });
+  });
+
+  it('never retries a stale token or a plain error', async () => {
+    for (const thrown of [new StaleFencingTokenError('r', 1n, 2n), new Error('boom')]) {
+      let calls = 0;
+      const error = await withFenceRetry(async () => {
+        calls++;
+        throw thrown;
+      }, fast).catch((e: unknown) => e);
+      expect(error).toBe(thrown);
+      expect(calls).toBe(1);
+    }
+  });
+
+  it('stops retrying once the signal is aborted', async () => {
+    const controller = new AbortController();
+    let calls = 0;
+    const error = await withFenceRetry(
+      async () => {
+        calls++;
+        controller.abort();
+        throw new FenceBusyError('r', undefined);
+      },
+      { maxAttempts: 10, signal: controller.signal },
+    ).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(FenceBusyError);
+    expect(calls).toBe(1);
+  });
+
+  it('rejects nonsensical bounds', async () => {
+    await expect(withFenceRetry(async () => 1, { maxAttempts: 0 })).rejects.toBeInstanceOf(
+      InvalidArgumentError,
+    );
+    await expect(withFenceRetry(async () => 1, { baseDelayMs: -1 })).rejects.toBeInstanceOf(
+      InvalidArgumentError,
+    );
+  });
+});

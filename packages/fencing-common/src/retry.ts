@@ -1,0 +1,66 @@
+import { InvalidArgumentError, isDLockError } from './errors.js';
+
+/** Bounds for {@link withFenceRetry}. */
+export interface FenceRetryOptions {
+  /** Total attempts including the first; default 5. */
+  readonly maxAttempts?: number;
+  /** First backoff ceiling in ms; doubles per attempt up to `maxDelayMs`. Default 10. */
+  readonly baseDelayMs?: number;
+  /** Backoff ceiling in ms; default 250. */
+  readonly maxDelayMs?: number;
+  /** Stops waiting between attempts; the last error is rethrown. */
+  readonly signal?: AbortSignal;
+}
+
+/**
+ * Runs `attempt` again when it fails with a retryable fencing error ({@link FenceConflictError} or
+ * {@link FenceBusyError}), with full-jitter exponential backoff, at most `maxAttempts` times.
+ *
+ * Pass the whole transaction (for example `() => gate.run(...)`), never just the gate statement: after a
+ * serialization failure the database has aborted the transaction, so only a fresh one can succeed. Every other
+ * error, a stale token included, is rethrown at once.
+ *
+ * @example
+ * ```ts
+ * await withFenceRetry(() => gate.run(pool, 'orders/42', lock.fencingToken, write, { isolationLevel: 'serializable' }));
+ * ```
+ */
+export async function withFenceRetry<T>(
+  attempt: (attemptNumber: number) => Promise<T>,
+  options: FenceRetryOptions = {},
+): Promise<T> {
+  const maxAttempts = options.maxAttempts ?? 5;
+  const baseDelayMs = options.baseDelayMs ?? 10;
+  const maxDelayMs = options.maxDelayMs ?? 250;
+  if (!Number.isSafeInteger(maxAttempts) || maxAttempts < 1) {
+    throw new InvalidArgumentError('options.maxAttempts', 'must be a positive integer');
+  }
+  if (!(baseDelayMs >= 0) || !(maxDelayMs >= 0)) {
+    throw new InvalidArgumentError('options.baseDelayMs', 'and options.maxDelayMs must be >= 0');
+  }
+  for (let n = 1; ; n++) {
+    try {
+      return await attempt(n);
+    } catch (error) {
+      // Checked by brand, not instanceof, so errors from a second installed copy of a gate are retried too.
+      const retryable = isDLockError(error) && (error as { retryable?: unknown }).retryable === true;
+      if (!retryable || n >= maxAttempts || options.signal?.aborted) throw error;
+      // Full jitter spreads writers that collided at the same instant apart; without it they collide again.
+      const ceiling = Math.min(maxDelayMs, baseDelayMs * 2 ** (n - 1));
+      await delay(Math.random() * ceiling, options.signal);
+      if (options.signal?.aborted) throw error;
+    }
+  }
+}
+
+function delay(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener('abort', done, { once: true });
+  });
+}

@@ -1,0 +1,30 @@
+/**
+ * Fencing-token gate for Kysely on PostgreSQL (incl. PGlite), MySQL/MariaDB and SQLite. See the README.
+ * The errors and helpers shared with `@dlock/fencing-pg` are re-exported so one import is enough.
+ */
+export {
+  FenceBusyError,
+  FenceConflictError,
+  type FenceRetryOptions,
+  FencingError,
+  type FencingErrorCode,
+  type FencingTokenInput,
+  InvalidArgumentError,
+  isDLockError,
+  MAX_FENCING_TOKEN,
+  MAX_RESOURCE_BYTES,
+  parseFencingToken,
+  StaleFencingTokenError,
+  withFenceRetry,
+} from '@dlock/fencing-common';
+export type { FencingDialectName, FencingDialectSql } from './dialect/dialect.js';
+export {
+  DEFAULT_FENCING_TABLE,
+  type FencedIsolationLevel,
+  type FencedOptions,
+  type FencingTableOptions,
+  fenced,
+  fencingSql,
+  highWaterMark,
+} from './gate.js';
+export { ensureFencingTable, type FencingTable, fencingMigration } from './schema.js';

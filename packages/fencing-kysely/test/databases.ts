@@ -1,0 +1,213 @@
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { PGlite } from '@electric-sql/pglite';
+import SqliteDatabase from 'better-sqlite3';
+import {
+  CompiledQuery,
+  Kysely,
+  type LogEvent,
+  MysqlDialect,
+  PGliteDialect,
+  PostgresDialect,
+  SqliteDialect,
+} from 'kysely';
+import { createPool as createMysqlPool } from 'mysql2';
+import pg from 'pg';
+import type { FencingDialectName } from '../src/index.js';
+
+export const PG_URL = process.env['DLOCK_TEST_PG_URL'] ?? 'postgres://postgres@127.0.0.1:5432/test';
+export const MYSQL_URL = process.env['DLOCK_TEST_MYSQL_URL'] ?? 'mysql://root@127.0.0.1:3306/test';
+
+/** A Kysely instance on a real database, plus what the tests need to know about it. */
+export interface TestDb {
+  readonly kind: TestDbKind;
+  readonly dialect: FencingDialectName;
+  readonly db: Kysely<unknown>;
+  /**
+   * True where every transaction gets its own server connection. SQLite (one better-sqlite3 connection per
+   * Kysely) and PGlite (one in-process backend) serialise transactions inside Kysely instead.
+   */
+  readonly concurrent: boolean;
+  /** Queries Kysely sent since the last `resetQueryCount()`; proves bad input never reaches the database. */
+  queryCount(): number;
+  resetQueryCount(): void;
+  /** Checked-out pool connections, where the driver's pool reports it (pg); undefined elsewhere. */
+  checkedOut(): number | undefined;
+  close(): Promise<void>;
+}
+
+export type TestDbKind = 'postgres' | 'mariadb' | 'sqlite' | 'pglite';
+export const ALL_KINDS: readonly TestDbKind[] = ['postgres', 'mariadb', 'sqlite', 'pglite'];
+
+export function uniqueName(prefix: string): string {
+  return `${prefix}_${process.pid}_${randomBytes(4).toString('hex')}`;
+}
+
+export interface OpenOptions {
+  /** Pool size for the server databases. */
+  readonly connections?: number;
+  /** SQLite only: an existing file, so several connections can share one database. */
+  readonly sqliteFile?: string;
+  /** SQLite only: busy timeout in ms (better-sqlite3's default is 5000). */
+  readonly sqliteTimeoutMs?: number;
+}
+
+/** Opens a Kysely instance of the given kind. Each SQLite instance without `sqliteFile` gets a fresh temp dir. */
+export async function openTestDb(kind: TestDbKind, options: OpenOptions = {}): Promise<TestDb> {
+  let count = 0;
+  const log = (event: LogEvent) => {
+    if (event.level === 'query' || event.level === 'error') count++;
+  };
+  const counters = {
+    queryCount: () => count,
+    resetQueryCount: () => {
+      count = 0;
+    },
+  };
+  const connections = options.connections ?? 5;
+  switch (kind) {
+    case 'postgres': {
+      const pool = new pg.Pool({ connectionString: PG_URL, max: connections });
+      pool.on('error', () => {});
+      const db = new Kysely<unknown>({ dialect: new PostgresDialect({ pool }), log });
+      return {
+        kind,
+        dialect: 'postgres',
+        db,
+        concurrent: true,
+        ...counters,
+        checkedOut: () => pool.totalCount - pool.idleCount,
+        close: () => db.destroy(),
+      };
+    }
+    case 'mariadb': {
+      const pool = createMysqlPool({ uri: MYSQL_URL, connectionLimit: connections });
+      const db = new Kysely<unknown>({ dialect: new MysqlDialect({ pool }), log });
+      return {
+        kind,
+        dialect: 'mysql',
+        db,
+        concurrent: true,
+        ...counters,
+        checkedOut: () => undefined,
+        close: () => db.destroy(),
+      };
+    }
+    case 'sqlite': {
+      let dir: string | undefined;
+      let file = options.sqliteFile;
+      if (file === undefined) {
+        dir = mkdtempSync(join(tmpdir(), 'dlock-fencing-'));
+        file = join(dir, 'test.db');
+      }
+      const database = new SqliteDatabase(file, { timeout: options.sqliteTimeoutMs ?? 5000 });
+      database.pragma('journal_mode = WAL');
+      const db = new Kysely<unknown>({ dialect: new SqliteDialect({ database }), log });
+      return {
+        kind,
+        dialect: 'sqlite',
+        db,
+        concurrent: false,
+        ...counters,
+        checkedOut: () => undefined,
+        close: async () => {
+          await db.destroy();
+          if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
+        },
+      };
+    }
+    case 'pglite': {
+      const pglite = new PGlite();
+      const db = new Kysely<unknown>({ dialect: new PGliteDialect({ pglite }), log });
+      return {
+        kind,
+        dialect: 'postgres',
+        db,
+        concurrent: false,
+        ...counters,
+        checkedOut: () => undefined,
+        close: () => db.destroy(),
+      };
+    }
+  }
+}
+
+export function run(db: Kysely<unknown>, sqlText: string, parameters: unknown[] = []) {
+  return db.executeQuery(CompiledQuery.raw(sqlText, parameters));
+}
+
+/** The protected table: `seq` records the order in which writers got past the gate. */
+export function protectedTable(dialect: FencingDialectName, name: string) {
+  const q = dialect === 'mysql' ? `\`${name}\`` : `"${name}"`;
+  const create = {
+    postgres: `CREATE TABLE ${q} (seq bigserial PRIMARY KEY, resource text NOT NULL, token bigint NOT NULL)`,
+    mysql: `CREATE TABLE ${q} (seq BIGINT AUTO_INCREMENT PRIMARY KEY, resource VARCHAR(255) NOT NULL, token BIGINT NOT NULL) ENGINE=InnoDB`,
+    sqlite: `CREATE TABLE ${q} (seq INTEGER PRIMARY KEY AUTOINCREMENT, resource TEXT NOT NULL, token INTEGER NOT NULL)`,
+  }[dialect];
+  const p = (n: number) => (dialect === 'postgres' ? `$${n}` : '?');
+  const cast = { postgres: 'bigint', mysql: 'SIGNED', sqlite: 'INTEGER' }[dialect];
+  const text = { postgres: 'text', mysql: 'CHAR', sqlite: 'TEXT' }[dialect];
+  return {
+    create: (db: Kysely<unknown>) => run(db, create),
+    drop: (db: Kysely<unknown>) => run(db, `DROP TABLE IF EXISTS ${q}`),
+    insert: (db: Kysely<unknown>, resource: string, token: bigint) =>
+      run(db, `INSERT INTO ${q} (resource, token) VALUES (${p(1)}, CAST(${p(2)} AS ${cast}))`, [
+        resource,
+        token.toString(),
+      ]),
+    async tokens(db: Kysely<unknown>, resource: string): Promise<bigint[]> {
+      const result = await run(
+        db,
+        `SELECT CAST(token AS ${text}) AS token FROM ${q} WHERE resource = ${p(1)} ORDER BY seq`,
+        [resource],
+      );
+      return (result.rows as { token: string }[]).map((row) => BigInt(row.token));
+    },
+  };
+}
+
+export function shuffle<T>(items: readonly T[]): T[] {
+  const out = [...items];
+  for (let i = out.length - 1; i > 0; i--) {
+    const j = Math.floor(Math.random() * (i + 1));
+    [out[i], out[j]] = [out[j] as T, out[i] as T];
+  }
+  return out;
+}
+
+export function isNonDecreasing(values: readonly bigint[]): boolean {
+  return values.every((value, i) => i === 0 || (values[i - 1] as bigint) <= value);
+}
+
+/** Largest of some bigints, or undefined for none (Math.max does not take bigints). */
+export function maxOf(values: Iterable<bigint | undefined>): bigint | undefined {
+  let max: bigint | undefined;
+  for (const value of values) {
+    if (value !== undefined && (max === undefined || value > max)) max = value;
+  }
+  return max;
+}
+
+export async function rejection(promise: Promise<unknown>): Promise<unknown> {
+  return promise.then(
+    () => {
+      throw new Error('expected a rejection');
+    },
+    (error: unknown) => error,
+  );
+}
+
+/**
+ * The race suites of both fencing packages open 50 PostgreSQL connections each; the server allows 100 in all.
+ * Holding this session-level advisory lock while racing makes the suites take turns when they run at the same
+ * time. Returns the function that ends the session and so frees the slot.
+ */
+export async function takeRaceSlot(): Promise<() => Promise<void>> {
+  const client = new pg.Client({ connectionString: PG_URL });
+  client.on('error', () => {});
+  await client.connect();
+  await client.query('SELECT pg_advisory_lock(7307264001)');
+  return () => client.end();
+}

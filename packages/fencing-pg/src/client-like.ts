@@ -1,0 +1,52 @@
+/**
+ * The parts of node-postgres the gate calls, declared structurally so this package's types never import `pg`:
+ * `pg.Pool`, `pg.PoolClient` and `pg.Client` all satisfy them, and so do test doubles or wrappers that keep the
+ * same method shapes.
+ */
+
+/** What a query resolves to; `command` is the tag PostgreSQL sent (`COMMIT`, `ROLLBACK`, `INSERT`, …). */
+export interface PgQueryResultLike {
+  readonly rows: readonly unknown[];
+  readonly command?: string;
+}
+
+/** A connection, or anything with `query` (a pool qualifies for {@link FencingGate.highWaterMark}). */
+export interface PgClientLike {
+  query(text: string, values?: unknown[]): Promise<PgQueryResultLike>;
+  /**
+   * `'I'` idle, `'T'` in a transaction, `'E'` in a failed transaction; `pg` reports what the server said in its
+   * last ReadyForQuery. Older `pg` versions lack it, and then the gate cannot detect misuse for free.
+   */
+  getTransactionStatus?(): string | null;
+}
+
+/** A client checked out of a pool; `release(err)` with an error destroys the connection instead of reusing it. */
+export interface PgPoolClientLike extends PgClientLike {
+  release(err?: Error | boolean): void;
+  /** pg-pool leaves checked-out clients without an 'error' listener; the gate adds one while it holds a client. */
+  on?(event: 'error', listener: (err: Error) => void): unknown;
+  removeListener?(event: 'error', listener: (err: Error) => void): unknown;
+}
+
+/** A pool: `connect()` checks a client out. `idleCount` tells a pool apart from a `pg.Client` (both `connect`). */
+export interface PgPoolLike {
+  query(text: string, values?: unknown[]): Promise<PgQueryResultLike>;
+  connect(): Promise<PgPoolClientLike>;
+  readonly idleCount: number;
+}
+
+/** Marks a type that is not a pool, so overloads taking a client never match a pool. */
+export interface NotAPool {
+  readonly idleCount?: never;
+}
+
+/** Anything the gate accepts as a database handle. */
+export type PgQueryable = PgPoolLike | PgClientLike;
+
+export function isPool(db: PgQueryable): db is PgPoolLike {
+  return (
+    typeof (db as Partial<PgPoolLike>).connect === 'function' &&
+    typeof (db as Partial<PgPoolClientLike>).release !== 'function' &&
+    typeof (db as Partial<PgPoolLike>).idleCount === 'number'
+  );
+}

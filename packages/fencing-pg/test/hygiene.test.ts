@@ -1,0 +1,177 @@
+import type pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { FencingGate, InvalidArgumentError, type PgPoolClientLike, type PgPoolLike } from '../src/index.js';
+import { checkedOut, newPool, uniqueName } from './helpers.js';
+
+const fenceTable = uniqueName('fence_hyg');
+let pool: pg.Pool;
+let gate: FencingGate;
+
+beforeAll(async () => {
+  pool = newPool(3);
+  gate = new FencingGate({ table: fenceTable });
+  await gate.ensureSchema(pool);
+});
+
+afterAll(async () => {
+  await pool.query(gate.sql.dropTable);
+  await pool.end();
+});
+
+/** A real pool that counts what reaches it, to prove that bad input is refused before any SQL or checkout. */
+function countingPool(inner: pg.Pool) {
+  const counts = { queries: 0, connects: 0 };
+  const db: PgPoolLike = {
+    get idleCount() {
+      return inner.idleCount;
+    },
+    query: (text, values) => {
+      counts.queries++;
+      return inner.query(text, values);
+    },
+    connect: async () => {
+      counts.connects++;
+      const client = await inner.connect();
+      return {
+        query: (text: string, values?: unknown[]) => {
+          counts.queries++;
+          return client.query(text, values);
+        },
+        release: (err?: Error | boolean) => client.release(err),
+        getTransactionStatus: () => client.getTransactionStatus(),
+      } satisfies PgPoolClientLike;
+    },
+  };
+  return { db, counts };
+}
+
+describe('bad input is refused before any SQL', () => {
+  const badTokens: unknown[] = [
+    0,
+    -1,
+    1.5,
+    Number.NaN,
+    2 ** 53,
+    0n,
+    -5n,
+    2n ** 63n,
+    '',
+    '-1',
+    '1e3',
+    ' 1',
+    '0x1',
+    null,
+    undefined,
+    {},
+    true,
+  ];
+  const badResources: unknown[] = ['', 'x'.repeat(1025), '\ud800', 'a\u0000b', 7, null, undefined];
+
+  it.each(badTokens.map((t) => [String(t), t]))('token %s', async (_label, token) => {
+    const { db, counts } = countingPool(pool);
+    const calls = [
+      gate.run(db, 'r', token as bigint, async () => undefined),
+      gate.check(db as unknown as PgPoolClientLike, 'r', token as bigint),
+    ];
+    for (const call of calls)
+      await expect(call).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', field: 'token' });
+    expect(counts).toEqual({ queries: 0, connects: 0 });
+  });
+
+  it.each(badResources.map((r) => [JSON.stringify(r)?.slice(0, 20) ?? 'undefined', r]))(
+    'resource %s',
+    async (_label, resource) => {
+      const { db, counts } = countingPool(pool);
+      const calls = [
+        gate.run(db, resource as string, 1n, async () => undefined),
+        gate.check(db as unknown as PgPoolClientLike, resource as string, 1n),
+        gate.highWaterMark(db, resource as string),
+      ];
+      for (const call of calls)
+        await expect(call).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', field: 'resource' });
+      expect(counts).toEqual({ queries: 0, connects: 0 });
+    },
+  );
+
+  it('run options and callback', async () => {
+    const { db, counts } = countingPool(pool);
+    const bad: [unknown, string][] = [
+      [{ isolationLevel: 'read uncommitted' }, 'options.isolationLevel'],
+      [{ isolationLevel: 'toString' }, 'options.isolationLevel'],
+      [{ lockTimeoutMs: 0 }, 'options.lockTimeoutMs'],
+      [{ lockTimeoutMs: 1.5 }, 'options.lockTimeoutMs'],
+      [{ lockTimeoutMs: '100; DROP TABLE x' }, 'options.lockTimeoutMs'],
+    ];
+    for (const [options, field] of bad) {
+      await expect(gate.run(db, 'r', 1n, async () => undefined, options as object)).rejects.toMatchObject({
+        field,
+      });
+    }
+    await expect(gate.run(db, 'r', 1n, 'not a function' as never)).rejects.toBeInstanceOf(
+      InvalidArgumentError,
+    );
+    expect(counts).toEqual({ queries: 0, connects: 0 });
+  });
+});
+
+describe('pooled clients are always released', () => {
+  async function idleBaseline(): Promise<number> {
+    await pool.query('SELECT 1');
+    expect(checkedOut(pool)).toBe(0);
+    return pool.idleCount;
+  }
+
+  it('after success, stale token, thrown error, failed statement, swallowed failure and bad input', async () => {
+    const r = `hygiene/${uniqueName('r')}`;
+    const baseline = await idleBaseline();
+    const outcomes: Array<() => Promise<unknown>> = [
+      () => gate.run(pool, r, 10n, async () => 'ok'),
+      () => gate.run(pool, r, 9n, async () => 'stale'),
+      () =>
+        gate.run(pool, r, 10n, async () => {
+          throw new Error('app error');
+        }),
+      () => gate.run(pool, r, 10n, (tx) => tx.query('SELECT * FROM no_such_table_anywhere')),
+      () => gate.run(pool, r, 10n, (tx) => tx.query('SELECT 1/0').catch(() => undefined)),
+      () => gate.run(pool, r, -1n, async () => undefined),
+    ];
+    const settled = [];
+    for (const outcome of outcomes) {
+      settled.push(
+        await outcome().then(
+          () => 'fulfilled',
+          (e: { code?: string }) => e.code ?? 'error',
+        ),
+      );
+      expect(checkedOut(pool)).toBe(0);
+      expect(pool.idleCount).toBe(baseline);
+    }
+    expect(settled).toEqual([
+      'fulfilled',
+      'STALE_FENCING_TOKEN',
+      'error',
+      '42P01',
+      'error',
+      'INVALID_ARGUMENT',
+    ]);
+    expect(await gate.highWaterMark(pool, r)).toBe(10n);
+  });
+
+  it('destroys, rather than reuses, a client whose connection died mid-transaction', async () => {
+    const r = `hygiene/${uniqueName('dead')}`;
+    const baseline = await idleBaseline();
+    const total = pool.totalCount;
+    const error = await gate
+      .run(pool, r, 1n, (tx) => tx.query('SELECT pg_terminate_backend(pg_backend_pid())'))
+      .then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+    expect(error).toBeInstanceOf(Error);
+    expect(checkedOut(pool)).toBe(0);
+    expect(pool.totalCount).toBe(total - 1);
+    expect(pool.idleCount).toBe(baseline - 1);
+    // The pool still works and the killed transaction left no mark behind.
+    expect(await gate.highWaterMark(pool, r)).toBeNull();
+  });
+});
