@@ -1,7 +1,7 @@
-import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { MYSQL_URL, PG_URL, uniqueName } from '@dlock/test-utils';
 import { PGlite } from '@electric-sql/pglite';
 import SqliteDatabase from 'better-sqlite3';
 import {
@@ -17,8 +17,16 @@ import { createPool as createMysqlPool } from 'mysql2';
 import pg from 'pg';
 import type { FencingDialectName } from '../src/index.js';
 
-export const PG_URL = process.env['DLOCK_TEST_PG_URL'] ?? 'postgres://postgres@127.0.0.1:5432/test';
-export const MYSQL_URL = process.env['DLOCK_TEST_MYSQL_URL'] ?? 'mysql://root@127.0.0.1:3306/test';
+export {
+  isNonDecreasing,
+  MYSQL_URL,
+  maxOf,
+  PG_URL,
+  rejection,
+  shuffle,
+  takeRaceSlot,
+  uniqueName,
+} from '@dlock/test-utils';
 
 /** A Kysely instance on a real database, plus what the tests need to know about it. */
 export interface TestDb {
@@ -40,10 +48,6 @@ export interface TestDb {
 
 export type TestDbKind = 'postgres' | 'mariadb' | 'sqlite' | 'pglite';
 export const ALL_KINDS: readonly TestDbKind[] = ['postgres', 'mariadb', 'sqlite', 'pglite'];
-
-export function uniqueName(prefix: string): string {
-  return `${prefix}_${process.pid}_${randomBytes(4).toString('hex')}`;
-}
 
 export interface OpenOptions {
   /** Pool size for the server databases. */
@@ -166,48 +170,4 @@ export function protectedTable(dialect: FencingDialectName, name: string) {
       return (result.rows as { token: string }[]).map((row) => BigInt(row.token));
     },
   };
-}
-
-export function shuffle<T>(items: readonly T[]): T[] {
-  const out = [...items];
-  for (let i = out.length - 1; i > 0; i--) {
-    const j = Math.floor(Math.random() * (i + 1));
-    [out[i], out[j]] = [out[j] as T, out[i] as T];
-  }
-  return out;
-}
-
-export function isNonDecreasing(values: readonly bigint[]): boolean {
-  return values.every((value, i) => i === 0 || (values[i - 1] as bigint) <= value);
-}
-
-/** Largest of some bigints, or undefined for none (Math.max does not take bigints). */
-export function maxOf(values: Iterable<bigint | undefined>): bigint | undefined {
-  let max: bigint | undefined;
-  for (const value of values) {
-    if (value !== undefined && (max === undefined || value > max)) max = value;
-  }
-  return max;
-}
-
-export async function rejection(promise: Promise<unknown>): Promise<unknown> {
-  return promise.then(
-    () => {
-      throw new Error('expected a rejection');
-    },
-    (error: unknown) => error,
-  );
-}
-
-/**
- * The race suites of both fencing packages open 50 PostgreSQL connections each; the server allows 100 in all.
- * Holding this session-level advisory lock while racing makes the suites take turns when they run at the same
- * time. Returns the function that ends the session and so frees the slot.
- */
-export async function takeRaceSlot(): Promise<() => Promise<void>> {
-  const client = new pg.Client({ connectionString: PG_URL });
-  client.on('error', () => {});
-  await client.connect();
-  await client.query('SELECT pg_advisory_lock(7307264001)');
-  return () => client.end();
 }

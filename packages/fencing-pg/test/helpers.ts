@@ -1,13 +1,7 @@
-import { randomBytes } from 'node:crypto';
+import { PG_URL } from '@dlock/test-utils';
 import pg from 'pg';
 
-/** The local server the suite runs against; override with DLOCK_TEST_PG_URL. */
-export const PG_URL = process.env['DLOCK_TEST_PG_URL'] ?? 'postgres://postgres@127.0.0.1:5432/test';
-
-/** A table name no other run or file uses, so suites never collide and can drop what they made. */
-export function uniqueName(prefix: string): string {
-  return `${prefix}_${process.pid}_${randomBytes(4).toString('hex')}`;
-}
+export { isNonDecreasing, maxOf, PG_URL, shuffle, takeRaceSlot, uniqueName } from '@dlock/test-utils';
 
 export function newPool(max = 10): pg.Pool {
   const pool = new pg.Pool({ connectionString: PG_URL, max });
@@ -42,20 +36,6 @@ export async function committedTokens(
   return result.rows.map((row) => BigInt(row.token));
 }
 
-/** Fisher-Yates with Math.random: the race tests want a new order each round, not a reproducible one. */
-export function shuffle<T>(items: readonly T[]): T[] {
-  const out = [...items];
-  for (let i = out.length - 1; i > 0; i--) {
-    const j = Math.floor(Math.random() * (i + 1));
-    [out[i], out[j]] = [out[j] as T, out[i] as T];
-  }
-  return out;
-}
-
-export function isNonDecreasing(values: readonly bigint[]): boolean {
-  return values.every((value, i) => i === 0 || (values[i - 1] as bigint) <= value);
-}
-
 /**
  * Waits until `count` backends are blocked on a lock while running a statement that mentions `table`. This is a
  * condition, not a timer: it polls pg_stat_activity and gives up after a bounded number of looks.
@@ -76,24 +56,4 @@ export async function waitForLockWaiters(db: pg.Pool, table: string, count: numb
 /** Clients checked out and not yet returned. */
 export function checkedOut(pool: pg.Pool): number {
   return pool.totalCount - pool.idleCount;
-}
-
-/** Largest of some bigints, or undefined for none (Math.max does not take bigints). */
-export function maxOf(values: Iterable<bigint | undefined>): bigint | undefined {
-  let max: bigint | undefined;
-  for (const value of values) {
-    if (value !== undefined && (max === undefined || value > max)) max = value;
-  }
-  return max;
-}
-
-/**
- * The race suites of both fencing packages open 50 connections each; PostgreSQL allows 100 in all. Holding this
- * session-level advisory lock while racing makes the suites take turns when they run at the same time.
- * Returns the function that ends the session and so frees the slot.
- */
-export async function takeRaceSlot(): Promise<() => Promise<void>> {
-  const client = await newClient();
-  await client.query('SELECT pg_advisory_lock(7307264001)');
-  return () => client.end();
 }
