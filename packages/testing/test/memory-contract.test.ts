@@ -3,8 +3,9 @@ import { FakeClock, FaultyLockService } from '@dlock/testing';
 import { lockServiceContract } from '@dlock/testing/contract';
 
 // The in-memory service on real time, as a remote adapter would be tested.
+// 500 ms leaves renewals (every ~170 ms) plenty of slack on a busy CI machine.
 lockServiceContract('MemoryLockService (system clock)', () => ({ service: new MemoryLockService() }), {
-  ttlMs: 200,
+  ttlMs: 500,
 });
 
 // The same contract with time driven by a FakeClock: the whole suite runs without real sleeps.
@@ -31,7 +32,7 @@ lockServiceContract('MemoryLockService (system clock)', () => ({ service: new Me
       return { service: faulty };
     },
     {
-      ttlMs: 200,
+      ttlMs: 500,
       faults: [
         {
           name: 'partition (fail) then heal',
