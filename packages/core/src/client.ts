@@ -64,6 +64,7 @@ export class LockClient {
   readonly #host: HandleHost;
   readonly #deadlines: CallDeadlines;
   #closed: Promise<void> | undefined;
+  readonly #unwatchLeases: (() => void) | undefined;
 
   constructor(service: LockService, options?: LockClientOptions) {
     if (!isLockService(service)) {
@@ -89,6 +90,7 @@ export class LockClient {
       operationTimeoutMs: this.#options.operationTimeoutMs,
       lose: (handle, reason, error) => this.#lose(handle, reason, error),
     });
+    this.#unwatchLeases = service.watchLeases?.((tokens) => this.#leasesLost(tokens));
     this.#host = {
       clock: this.#clock,
       renewNow: (handle) => this.#renewNow(handle),
@@ -188,6 +190,7 @@ export class LockClient {
   async #close(): Promise<void> {
     this.#closing.abort(new ClientClosedError());
     this.#scheduler.stop();
+    this.#unwatchLeases?.();
     for (const unsubscribe of [...this.#watches]) unsubscribe();
     const releases = [...this.#held].map((handle) => {
       handle.holds = 1;
@@ -429,6 +432,15 @@ export class LockClient {
       } catch (callbackError) {
         this.#callbackError(handle.name, 'onLost callback', callbackError);
       }
+    }
+  }
+
+  /** The service says these grants are gone (e.g. their session expired): no need to wait for a renewal. */
+  #leasesLost(ownershipTokens: readonly string[]): void {
+    if (!Array.isArray(ownershipTokens) || ownershipTokens.length === 0) return;
+    const gone = new Set(ownershipTokens);
+    for (const handle of [...this.#held]) {
+      if (gone.has(handle.lease.ownershipToken)) this.#lose(handle, 'rejected', undefined);
     }
   }
 

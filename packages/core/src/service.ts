@@ -75,4 +75,11 @@ export interface LockService {
    * Best effort: core never relies on it alone. Returns an unsubscribe function.
    */
   watch(name: string, onReleased: () => void): () => void;
+  /**
+   * Optional: lets a service report grants it knows are gone without waiting for their next renewal — every lock
+   * of a ZooKeeper session when the session expires, every lock on an etcd lease that was revoked. `onLost`
+   * receives the ownership tokens of the lost grants; core moves the matching handles to Lost at once.
+   * Returns an unsubscribe function.
+   */
+  watchLeases?(onLost: (ownershipTokens: readonly string[]) => void): () => void;
 }

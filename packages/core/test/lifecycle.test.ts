@@ -276,3 +276,45 @@ describe('handle lifecycle', () => {
     expect(state.error).toBeInstanceOf(Error);
   });
 });
+
+describe('service-reported loss', () => {
+  it('a service that reports lost grants (an expired session) makes exactly those handles Lost at once', async () => {
+    const { LockClient, MemoryLockService } = await import('@dlock/core');
+    const { FakeClock } = await import('@dlock/testing');
+    const clock = new FakeClock();
+    const memory = new MemoryLockService({ clock });
+    let report: ((tokens: readonly string[]) => void) | undefined;
+    let unsubscribed = false;
+    const sessionful = {
+      acquire: memory.acquire.bind(memory),
+      renew: memory.renew.bind(memory),
+      release: memory.release.bind(memory),
+      watch: memory.watch.bind(memory),
+      watchLeases(onLost: (tokens: readonly string[]) => void) {
+        report = onLost;
+        return () => {
+          unsubscribed = true;
+        };
+      },
+    };
+    const client = new LockClient(sessionful, { clock });
+    const lost: string[] = [];
+    const a = await client.acquire('a', {
+      ttlMs: TTL,
+      onLost: (h, reason) => lost.push(`${h.name}:${reason}`),
+    });
+    const b = await client.acquire('b', {
+      ttlMs: TTL,
+      onLost: (h, reason) => lost.push(`${h.name}:${reason}`),
+    });
+    const ownershipOf = (h: unknown) => (h as { lease: { ownershipToken: string } }).lease.ownershipToken;
+    report?.([ownershipOf(a), 'some-other-grant']);
+    expect(a.state).toBe('lost');
+    expect(b.state).toBe('held');
+    expect(lost).toEqual(['a:rejected']);
+    report?.([ownershipOf(a)]); // a repeated notice changes nothing
+    expect(lost).toEqual(['a:rejected']);
+    await client.close();
+    expect(unsubscribed).toBe(true);
+  });
+});

@@ -42,6 +42,7 @@ export class FaultyLockService implements LockService {
     forwarded: { acquire: 0, renew: 0, release: 0, watch: 0 },
   };
   readonly renewMany?: (requests: readonly RenewRequest[]) => Promise<readonly RenewResult[]>;
+  readonly watchLeases?: (onLost: (ownershipTokens: readonly string[]) => void) => () => void;
 
   constructor(inner: LockService, options: { clock?: Clock } = {}) {
     this.#inner = inner;
@@ -50,6 +51,9 @@ export class FaultyLockService implements LockService {
     if (innerMany) {
       this.renewMany = (requests) => this.#call('renew', () => innerMany(requests), requests.length);
     }
+    // Loss notices come from the adapter's own bookkeeping (a session timer), not over the wire: pass them through.
+    const innerWatchLeases = inner.watchLeases?.bind(inner);
+    if (innerWatchLeases) this.watchLeases = innerWatchLeases;
   }
 
   /** Cuts the service off: every call fails (`'fail'`) or hangs (`'hang'`) until {@link heal}. */
