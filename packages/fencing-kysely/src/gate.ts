@@ -72,14 +72,9 @@ interface Gate {
 const gates = new Map<string, Gate>();
 
 function resolveGate<DB>(db: Kysely<DB>, options: FencingTableOptions): Gate {
-  const table = assertIdentifier(options.table ?? DEFAULT_FENCING_TABLE, 'options.table');
-  const schema =
-    options.schema === undefined ? undefined : assertIdentifier(options.schema, 'options.schema');
+  const { table, schema } = tableLocation(options);
   const name = options.dialect ?? detectDialect(db);
-  const dialect = DIALECTS[name];
-  if (!Object.hasOwn(DIALECTS, name) || dialect === undefined) {
-    throw new InvalidArgumentError('options.dialect', `must be one of ${Object.keys(DIALECTS).join(', ')}`);
-  }
+  const dialect = dialectNamed(name, 'options.dialect');
   const key = `${name}\u0000${schema ?? ''}\u0000${table}`;
   let gate = gates.get(key);
   if (gate === undefined) {
@@ -87,6 +82,21 @@ function resolveGate<DB>(db: Kysely<DB>, options: FencingTableOptions): Gate {
     gates.set(key, gate);
   }
   return gate;
+}
+
+function dialectNamed(name: FencingDialectName, field: string): FencingDialect {
+  const dialect = DIALECTS[name];
+  if (!Object.hasOwn(DIALECTS, name) || dialect === undefined) {
+    throw new InvalidArgumentError(field, `must be one of ${Object.keys(DIALECTS).join(', ')}`);
+  }
+  return dialect;
+}
+
+function tableLocation(options: Omit<FencingTableOptions, 'dialect'>): { table: string; schema?: string } {
+  const table = assertIdentifier(options.table ?? DEFAULT_FENCING_TABLE, 'options.table');
+  return options.schema === undefined
+    ? { table }
+    : { table, schema: assertIdentifier(options.schema, 'options.schema') };
 }
 
 /** The dialect behind a Kysely instance, from its adapter. */
@@ -109,14 +119,8 @@ export function detectDialect<DB>(db: Kysely<DB>): FencingDialectName {
  * ```
  */
 export function fencingSql(dialect: FencingDialectName, options: Omit<FencingTableOptions, 'dialect'> = {}) {
-  const found = DIALECTS[dialect];
-  if (!Object.hasOwn(DIALECTS, dialect) || found === undefined) {
-    throw new InvalidArgumentError('dialect', `must be one of ${Object.keys(DIALECTS).join(', ')}`);
-  }
-  const table = assertIdentifier(options.table ?? DEFAULT_FENCING_TABLE, 'options.table');
-  const schema =
-    options.schema === undefined ? undefined : assertIdentifier(options.schema, 'options.schema');
-  return found.sql(table, schema);
+  const { table, schema } = tableLocation(options);
+  return dialectNamed(dialect, 'dialect').sql(table, schema);
 }
 
 function isTransaction<DB>(db: Kysely<DB>): db is Transaction<DB> {

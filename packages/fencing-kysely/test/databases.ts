@@ -1,7 +1,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { MYSQL_URL, PG_URL, uniqueName } from '@dlock/test-utils';
+import { MYSQL_URL, PG_URL } from '@dlock/test-utils';
 import { PGlite } from '@electric-sql/pglite';
 import SqliteDatabase from 'better-sqlite3';
 import {

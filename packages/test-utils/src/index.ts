@@ -55,3 +55,66 @@ export async function takeRaceSlot(): Promise<() => Promise<void>> {
   await client.query('SELECT pg_advisory_lock(7307264001)');
   return () => client.end();
 }
+
+/** Latencies (µs) of one block of calls, and the block's wall time (s). */
+export interface Samples {
+  readonly samples: Float64Array;
+  readonly totalS: number;
+}
+
+/** Runs `fn(0..count-1)` one after another, timing each call. */
+export async function measure(fn: (i: number) => Promise<unknown>, count: number): Promise<Samples> {
+  const samples = new Float64Array(count);
+  const start = process.hrtime.bigint();
+  for (let i = 0; i < count; i++) {
+    const t0 = process.hrtime.bigint();
+    await fn(i);
+    samples[i] = Number(process.hrtime.bigint() - t0) / 1e3;
+  }
+  return { samples, totalS: Number(process.hrtime.bigint() - start) / 1e9 };
+}
+
+export interface Summary {
+  readonly ops: number;
+  readonly p50: number;
+  readonly p99: number;
+}
+
+export function summarize(runs: readonly Samples[]): Summary {
+  const all = Float64Array.from(runs.flatMap((r) => [...r.samples])).sort();
+  const total = runs.reduce((s, r) => s + r.totalS, 0);
+  const pct = (p: number) => all[Math.min(all.length - 1, Math.floor(p * all.length))] ?? Number.NaN;
+  return { ops: all.length / total, p50: pct(0.5), p99: pct(0.99) };
+}
+
+/**
+ * Times a baseline against a variant: a warm-up of each, then alternating blocks of `block` calls until `n` of each
+ * ran, so drift (autovacuum, page cache, the other core's load) hits both alike.
+ */
+export async function compareAlternating(
+  baseline: (i: number) => Promise<unknown>,
+  variant: (i: number) => Promise<unknown>,
+  n: number,
+  { warmup = 200, block = 500 }: { warmup?: number; block?: number } = {},
+): Promise<{ baseline: Summary; variant: Summary }> {
+  await measure(baseline, warmup);
+  await measure(variant, warmup);
+  const runs: { baseline: Samples[]; variant: Samples[] } = { baseline: [], variant: [] };
+  for (let done = 0; done < n; done += block) {
+    const size = Math.min(block, n - done);
+    runs.baseline.push(await measure(baseline, size));
+    runs.variant.push(await measure(variant, size));
+  }
+  return { baseline: summarize(runs.baseline), variant: summarize(runs.variant) };
+}
+
+/** One aligned result line: name, ops/s, p50 and p99 in µs. */
+export function formatRow(name: string, s: Summary, width = 22): string {
+  return `${name.padEnd(width)} ${s.ops.toFixed(0).padStart(7)} ops/s   p50 ${s.p50.toFixed(0).padStart(5)} µs   p99 ${s.p99.toFixed(0).padStart(5)} µs`;
+}
+
+/** How much slower `variant` is than `baseline`: added p50 latency and the throughput change. */
+export function formatOverhead(baseline: Summary, variant: Summary): string {
+  const pct = (x: number) => `${(x * 100).toFixed(0)}%`;
+  return `overhead: p50 +${(variant.p50 - baseline.p50).toFixed(0)} µs (${pct(variant.p50 / baseline.p50 - 1)}), throughput ${pct(variant.ops / baseline.ops - 1)}`;
+}
