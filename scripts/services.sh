@@ -4,7 +4,7 @@
 #   bash scripts/services.sh [start] [svc...]   install what is missing, start what does not answer, wait
 #   bash scripts/services.sh status [svc...]    exit 1 if any is down
 #   bash scripts/services.sh stop [svc...]      stop what this script started (by its recorded pid)
-#   svc = postgres | mariadb | redis            (default: all the test suites need)
+#   svc = postgres | mariadb | redis | etcd | zookeeper   (default: all the test suites need)
 #
 # Idempotent: a server that already answers is left alone (CI machines start PostgreSQL, MariaDB and Redis before
 # the run), and the apt-get step runs only when a binary is missing, so this costs well under a second when all is up.
@@ -12,7 +12,7 @@ set -euo pipefail
 
 DLOCK_SVC_DIR="${DLOCK_SVC_DIR:-/tmp/dlock-services}"
 SVC_WAIT_S="${SVC_WAIT_S:-60}"
-DEFAULT_SERVICES=(postgres mariadb redis)
+DEFAULT_SERVICES=(postgres mariadb redis etcd zookeeper)
 mkdir -p "$DLOCK_SVC_DIR"
 
 log() { printf '[services] %s\n' "$*" >&2; }
@@ -34,6 +34,23 @@ wait_until() { # name check-fn
     sleep 0.2
   done
   log "$name: up"
+}
+
+# Starts a server in its own session, detached from this shell, and records the server's own pid: the small shell
+# writes its pid and then execs the server in its place.
+spawn() { # name cmd...
+  local name=$1; shift
+  setsid nohup bash -c 'echo $$ >"$0"; exec "$@"' "$DLOCK_SVC_DIR/$name.pid" "$@" \
+    >>"$DLOCK_SVC_DIR/$name.log" 2>&1 </dev/null &
+  local i; for i in $(seq 1 20); do [ -s "$DLOCK_SVC_DIR/$name.pid" ] && break; sleep 0.05; done
+}
+stop_spawned() { # name: stop by recorded pid only; a server somebody else started is left alone
+  local file="$DLOCK_SVC_DIR/$1.pid" pid i
+  if [ ! -s "$file" ]; then log "$1: not started by this script, left running"; return 0; fi
+  pid=$(cat "$file"); kill "$pid" 2>/dev/null || true
+  for i in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$pid" 2>/dev/null && kill -9 "$pid" 2>/dev/null || true
+  rm -f "$file"; log "$1: stopped"
 }
 
 # ---------------------------------------------------------------- PostgreSQL (trust auth on 127.0.0.1:5432)
@@ -90,6 +107,57 @@ redis_stop() {
     rm -f "$DLOCK_SVC_DIR/redis.pid"; log "redis: stopped"
   else log "redis: not started by this script, left running"; fi
 }
+
+# ---------------------------------------------------------------- etcd (single member, loopback, data under $DLOCK_SVC_DIR)
+ETCD_PORT="${ETCD_PORT:-2379}"
+ETCD_PEER_PORT="${ETCD_PEER_PORT:-2380}"
+# The port check first: etcdctl against a closed port waits out its whole dial timeout.
+etcd_ok() { port_open "$ETCD_PORT" && ETCDCTL_API=3 etcdctl --endpoints="http://127.0.0.1:$ETCD_PORT" \
+  --dial-timeout=1s --command-timeout=2s endpoint health >/dev/null 2>&1; }
+etcd_start() {
+  command -v etcd >/dev/null && command -v etcdctl >/dev/null || apt_install etcd-server etcd-client
+  if ! port_open "$ETCD_PORT"; then
+    local dir="$DLOCK_SVC_DIR/etcd"; rm -rf "$dir"; mkdir -p "$dir"
+    spawn etcd etcd --name dlock --data-dir "$dir/data" \
+      --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+      --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+      --initial-cluster "dlock=http://127.0.0.1:$ETCD_PEER_PORT" --initial-cluster-state new \
+      --logger zap --log-level warn --auto-compaction-mode revision --auto-compaction-retention 10000
+  fi
+  wait_until etcd etcd_ok
+}
+etcd_stop() { stop_spawned etcd; }
+
+# ---------------------------------------------------------------- ZooKeeper (standalone, loopback)
+ZK_PORT="${ZK_PORT:-2181}"
+# Debian's zkServer.sh always reads /etc/zookeeper/conf/zoo.cfg (all interfaces), so the server's main class runs
+# with a config of our own. `printf`, not `echo`: a trailing newline that arrives after the server has answered and
+# closed makes the kernel reset the connection, which can discard the reply.
+zookeeper_ok() { [ "$(printf ruok | nc -w 2 127.0.0.1 "$ZK_PORT" 2>/dev/null)" = imok ] &&
+  printf srvr | nc -w 2 127.0.0.1 "$ZK_PORT" 2>/dev/null | grep -q '^Mode: standalone'; }
+zookeeper_start() {
+  [ -f /usr/share/java/zookeeper.jar ] && command -v java >/dev/null && command -v nc >/dev/null ||
+    apt_install zookeeper netcat-openbsd
+  if ! port_open "$ZK_PORT"; then
+    local dir="$DLOCK_SVC_DIR/zookeeper"; rm -rf "$dir"; mkdir -p "$dir/data"
+    cat >"$dir/zoo.cfg" <<CFG
+tickTime=2000
+dataDir=$dir/data
+clientPort=$ZK_PORT
+clientPortAddress=127.0.0.1
+maxClientCnxns=0
+admin.enableServer=false
+4lw.commands.whitelist=ruok,srvr,stat,mntr,cons,wchs
+CFG
+    local cp="$dir:/usr/share/java/zookeeper.jar"
+    [ -f /usr/share/java/slf4j-simple.jar ] && cp="$cp:/usr/share/java/slf4j-simple.jar"
+    spawn zookeeper java -Xms64m -Xmx512m -XX:+UseSerialGC -Djava.net.preferIPv4Stack=true \
+      -Dzookeeper.jmx.log4j.disable=true -Dorg.slf4j.simpleLogger.defaultLogLevel=warn \
+      -cp "$cp" org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/zoo.cfg"
+  fi
+  wait_until zookeeper zookeeper_ok
+}
+zookeeper_stop() { stop_spawned zookeeper; }
 
 cmd="${1:-start}"; [ $# -gt 0 ] && shift
 services=("$@"); [ ${#services[@]} -gt 0 ] || services=("${DEFAULT_SERVICES[@]}")

@@ -4,6 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/services.sh start
+bash scripts/chromium.sh
 rm -f packages/*/.vitest-results.json apps/*/.vitest-results.json
 status=0
 pnpm exec turbo run build typecheck --output-logs=errors-only || status=$?

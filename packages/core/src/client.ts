@@ -319,8 +319,10 @@ export class LockClient {
       throw new TransportError(`the service returned a malformed grant for "${name}"`);
     }
     const now = clock.monotonic();
-    const rtt = now - sentAt;
-    const expiresAt = validUntil(sentAt, grant.ttlMs, this.#options.driftFactor);
+    // The TTL started no earlier than the request that won, which a queueing service reports; never after `now`.
+    const anchor = sentAt + Math.min(grant.queuedMs ?? 0, now - sentAt);
+    const rtt = now - anchor;
+    const expiresAt = validUntil(anchor, grant.ttlMs, this.#options.driftFactor);
     if (signal.aborted || expiresAt - now <= renewMarginMs(rtt)) {
       // Never hand out a handle whose window has already closed (node-redlock #296); free the lock for others.
       this.#abandon(name, grant);
@@ -337,7 +339,7 @@ export class LockClient {
       },
       ttlMs: grant.ttlMs,
       expiresAt,
-      renewDueAt: sentAt + jitter(renewIntervalMs(grant.ttlMs), () => clock.random()),
+      renewDueAt: anchor + jitter(renewIntervalMs(grant.ttlMs), () => clock.random()),
       rttMs: rtt,
       reentrant: opts.reentrant,
       onLost: opts.onLost,
@@ -457,6 +459,7 @@ function isValidGrant(grant: unknown): grant is Grant {
     typeof g['fencingToken'] === 'bigint' &&
     typeof g['ttlMs'] === 'number' &&
     Number.isFinite(g['ttlMs']) &&
-    g['ttlMs'] > 0
+    g['ttlMs'] > 0 &&
+    (g['queuedMs'] === undefined || (typeof g['queuedMs'] === 'number' && g['queuedMs'] >= 0))
   );
 }

@@ -13,6 +13,13 @@ export interface Grant {
   readonly fencingToken: bigint;
   /** The TTL the service actually granted (it may round up), which core's validity math uses. */
   readonly ttlMs: number;
+  /**
+   * For a service that queues inside `acquire`: how long after the call began it sent the request that started this
+   * grant's TTL (the winning write, or a lease refresh after a long wait), by its own monotonic clock. Core anchors
+   * the validity window that much later than the call's send time; without it, a grant that waited in a queue longer
+   * than its TTL would look expired on arrival. Measure from entry into `acquire` to the send, never more.
+   */
+  readonly queuedMs?: number;
 }
 
 /** What core needs to name one grant in `renew` and `release`. */

@@ -6,6 +6,7 @@ import {
   type LockService,
   MemoryLockService,
   TransportError,
+  validUntil,
 } from '@dlock/core';
 import { FakeClock } from '@dlock/testing';
 import { describe, expect, it } from 'vitest';
@@ -213,6 +214,47 @@ describe('waiting for a busy lock', () => {
     await clock.advance(0);
     expect((pending.error as Error).message).toBe('stop');
     expect((abortedWith as Error).message).toBe('stop');
+  });
+
+  it('anchors a queued grant at the winning request (queuedMs), not at the call start', async () => {
+    const clock = new FakeClock();
+    const queuedFor = 2 * TTL;
+    const queueing: LockService = {
+      acquire: async () => {
+        await clock.sleep(queuedFor);
+        return {
+          acquired: true,
+          grant: { ownershipToken: 'o', fencingToken: 1n, ttlMs: TTL, queuedMs: queuedFor },
+        };
+      },
+      renew: async () => ({ renewed: true }),
+      release: async () => true,
+      watch: () => () => {},
+    };
+    const client = new LockClient(queueing, { clock, driftFactor: 0 });
+    const start = clock.monotonic();
+    const pending = outcome(client.acquire('q', { ttlMs: TTL, waitMs: 3 * TTL }));
+    await clock.advanceUntil(() => pending.done, 3 * TTL);
+    const handle = pending.value;
+    expect(handle?.isHeld()).toBe(true);
+    expect(handle?.expiresAt).toBe(validUntil(start + queuedFor, TTL, 0));
+  });
+
+  it('ignores a queuedMs that claims the TTL started after the answer arrived', async () => {
+    const clock = new FakeClock();
+    const queueing: LockService = {
+      acquire: async () => ({
+        acquired: true,
+        grant: { ownershipToken: 'o', fencingToken: 1n, ttlMs: TTL, queuedMs: 10 * TTL },
+      }),
+      renew: async () => ({ renewed: true }),
+      release: async () => true,
+      watch: () => () => {},
+    };
+    const client = new LockClient(queueing, { clock, driftFactor: 0 });
+    const start = clock.monotonic();
+    const handle = await client.acquire('q', { ttlMs: TTL });
+    expect(handle.expiresAt).toBe(validUntil(start, TTL, 0));
   });
 });
 

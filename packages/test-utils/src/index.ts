@@ -1,9 +1,21 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 
-/** The servers the integration suites use; `scripts/services.sh` starts them. Override per run with env vars. */
-export const PG_URL = process.env['DLOCK_TEST_PG_URL'] ?? 'postgres://postgres@127.0.0.1:5432/test';
-export const MYSQL_URL = process.env['DLOCK_TEST_MYSQL_URL'] ?? 'mysql://root@127.0.0.1:3306/test';
+import { PG_URL } from './servers/defaults.js';
+
+export { ETCD_ENDPOINT, MYSQL_URL, PG_URL, REDIS_URL, ZK_CONNECT } from './servers/defaults.js';
+export * from './servers/etcd.js';
+export {
+  freePort,
+  portOpen,
+  type ServerProcess,
+  type StartProcessOptions,
+  startProcess,
+  tempDir,
+} from './servers/process.js';
+export * from './servers/redis.js';
+export { type ProxyMode, startTcpProxy, type TcpProxy } from './servers/tcp-proxy.js';
+export * from './servers/zookeeper.js';
 
 /** A table (or key) name no other run or file uses, so suites never collide and can drop what they made. */
 export function uniqueName(prefix: string): string {

@@ -1,0 +1,99 @@
+/**
+ * Runs the backend suites one after the other, each in its own child process, so one backend's clients, timers
+ * and heap never colour another's figures:
+ *
+ *   node src/run.mjs [redis] [etcd] [zookeeper] [--quick] [--no-readme] [--provisional] [--scenarios=A,B,C]
+ *
+ * With no backend named: every backend whose suite (src/<backend>/index.mjs) exists and whose server accepts a
+ * connection (addresses from lib/env.mjs). A named backend that cannot run is an error. Flags go to every suite.
+ * Each suite has a hard time cap; this runner kills a child that outlives it by its pid.
+ */
+import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import net from 'node:net';
+import { fileURLToPath } from 'node:url';
+import { ENDPOINTS } from './lib/env.mjs';
+
+const CHILD_CAP_MS = 20 * 60_000;
+
+/** host:port of each backend's server, from the same settings the suites use. */
+const servers = {
+  redis: hostPort(new URL(ENDPOINTS.redis), 6379),
+  etcd: hostPort(new URL(ENDPOINTS.etcd), 2379),
+  zookeeper: hostPort(new URL(`zk://${ENDPOINTS.zookeeper.split(',')[0]}`), 2181),
+};
+
+function hostPort(url, defaultPort) {
+  return { host: url.hostname.replace(/^\[|\]$/g, ''), port: Number(url.port || defaultPort) };
+}
+
+function answers({ host, port }) {
+  return new Promise((resolve) => {
+    const socket = net.connect({ host, port });
+    const done = (ok) => {
+      socket.destroy();
+      resolve(ok);
+    };
+    socket.setTimeout(1000, () => done(false));
+    socket.once('connect', () => done(true));
+    socket.once('error', () => done(false));
+  });
+}
+
+const suiteFile = (backend) => fileURLToPath(new URL(`./${backend}/index.mjs`, import.meta.url));
+
+function runChild(backend, flags) {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [suiteFile(backend), ...flags], {
+      cwd: fileURLToPath(new URL('..', import.meta.url)),
+      stdio: 'inherit',
+    });
+    const cap = setTimeout(() => {
+      process.stderr.write(
+        `[bench] ${backend}: still running after ${CHILD_CAP_MS / 60_000} min, killing it\n`,
+      );
+      child.kill('SIGKILL');
+    }, CHILD_CAP_MS);
+    child.once('exit', (code, signal) => {
+      clearTimeout(cap);
+      resolve(code ?? (signal ? 1 : 0));
+    });
+    child.once('error', (error) => {
+      clearTimeout(cap);
+      process.stderr.write(`[bench] ${backend}: ${error.message}\n`);
+      resolve(1);
+    });
+  });
+}
+
+const args = process.argv.slice(2);
+const flags = args.filter((a) => a.startsWith('--'));
+const named = args.filter((a) => !a.startsWith('--'));
+for (const name of named) {
+  if (!(name in servers)) {
+    process.stderr.write(`[bench] unknown backend "${name}"; known: ${Object.keys(servers).join(', ')}\n`);
+    process.exit(2);
+  }
+}
+
+let failed = 0;
+for (const backend of named.length ? named : Object.keys(servers)) {
+  const { host, port } = servers[backend];
+  const why = !existsSync(suiteFile(backend))
+    ? 'no suite yet'
+    : !(await answers(servers[backend]))
+      ? `no server answers at ${host}:${port}`
+      : undefined;
+  if (why) {
+    process.stderr.write(`[bench] ${backend}: skipped (${why})\n`);
+    if (named.length) failed += 1;
+    continue;
+  }
+  process.stderr.write(`[bench] ${backend}: starting\n`);
+  const code = await runChild(backend, flags);
+  if (code !== 0) {
+    process.stderr.write(`[bench] ${backend}: exited with ${code}\n`);
+    failed += 1;
+  }
+}
+process.exit(failed ? 1 : 0);

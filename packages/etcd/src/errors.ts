@@ -1,0 +1,19 @@
+import { TransportError } from '@dlock/core';
+
+/**
+ * etcd answers "requested lease not found" when a lease expired or was revoked. `etcd3` maps it to its
+ * `EtcdLeaseInvalidError`; matching the message too keeps this independent of how that class is exported.
+ */
+export function isLeaseNotFound(error: unknown): boolean {
+  for (let e = error, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
+    if (e.name === 'EtcdLeaseInvalidError' || e.message.includes('requested lease not found')) return true;
+  }
+  return false;
+}
+
+/** Wraps a driver failure; core treats every `TransportError` as "could not reach the service". */
+export function transportError(what: string, cause: unknown): TransportError {
+  if (cause instanceof TransportError) return cause;
+  const detail = cause instanceof Error ? cause.message : String(cause);
+  return new TransportError(`etcd ${what} failed: ${detail}`, { cause });
+}

@@ -1,0 +1,222 @@
+import type {
+  DuplexStreamLike,
+  WatchClientLike,
+  WatchEventLike,
+  WatchRequestLike,
+  WatchResponseLike,
+} from './client-like.js';
+import { withDeadline } from './deadline.js';
+import { closeStream } from './keep-alive-channel.js';
+
+type WatchStream = DuplexStreamLike<WatchRequestLike, WatchResponseLike>;
+
+export interface WatchSpec {
+  readonly key: Buffer;
+  /** Watches `[key, rangeEnd)`; without it, the one key. */
+  readonly rangeEnd?: Buffer;
+  /** First revision to report; without it, from the moment the watch is created. */
+  readonly startRevision?: bigint;
+}
+
+export interface WatchListener {
+  /** Delete events only (puts are filtered out on the server). */
+  onDeletes(events: readonly WatchEventLike[]): void;
+  /**
+   * The stream broke or etcd cancelled the watch: events may have been missed until it is re-created (it is, from
+   * the revision after the last one seen). Owners that cannot afford a miss re-read the keys they care about.
+   */
+  onReset?(): void;
+}
+
+interface Registration {
+  readonly spec: WatchSpec;
+  readonly listener: WatchListener;
+  /** Id on the current stream; a new one per (re)creation, so a stale answer never reaches a newer watch. */
+  watchId: string | undefined;
+  /** Resume point after a reconnect. */
+  nextRevision: bigint | undefined;
+}
+
+const IDLE_CLOSE_MS = 2_000;
+const MAX_BACKOFF_MS = 2_000;
+
+/**
+ * Many watches over one `Watch` stream, with ids the client assigns (etcd ≥ 3.4), so creation needs no
+ * one-at-a-time handshake and answers are never matched by arrival order. A broken stream is reopened with backoff
+ * and every watch is re-created from the revision after the last event it saw, so no delete is lost to a
+ * reconnect (unless compacted, which is reported as a reset).
+ *
+ * `etcd3`'s own `WatchManager` is not used: it creates watchers strictly one after another, backs off up to 30 s
+ * after a failure, and throws from its stream handler on an answer it cannot match.
+ */
+export class WatchHub {
+  readonly #client: WatchClientLike;
+  readonly #timeoutMs: number;
+  readonly #registrations = new Set<Registration>();
+  readonly #byId = new Map<string, Registration>();
+  #stream: WatchStream | undefined;
+  #opening = false;
+  #nextId = 1;
+  #backoffMs = 50;
+  #reopenTimer: NodeJS.Timeout | undefined;
+  #idleTimer: NodeJS.Timeout | undefined;
+  #closed = false;
+
+  constructor(client: WatchClientLike, timeoutMs: number) {
+    this.#client = client;
+    this.#timeoutMs = timeoutMs;
+  }
+
+  /** Starts a watch; returns its cancel function (idempotent). */
+  watch(spec: WatchSpec, listener: WatchListener): () => void {
+    if (this.#closed) return () => {};
+    const registration: Registration = {
+      spec,
+      listener,
+      watchId: undefined,
+      nextRevision: spec.startRevision,
+    };
+    this.#registrations.add(registration);
+    if (this.#idleTimer) {
+      clearTimeout(this.#idleTimer);
+      this.#idleTimer = undefined;
+    }
+    if (this.#stream) this.#create(this.#stream, registration);
+    else this.#open();
+    return () => this.#cancel(registration);
+  }
+
+  close(): void {
+    this.#closed = true;
+    clearTimeout(this.#reopenTimer);
+    clearTimeout(this.#idleTimer);
+    this.#registrations.clear();
+    this.#byId.clear();
+    const stream = this.#stream;
+    this.#stream = undefined;
+    if (stream) closeStream(stream);
+  }
+
+  #open(): void {
+    if (this.#opening || this.#stream || this.#closed || this.#reopenTimer) return;
+    this.#opening = true;
+    withDeadline(
+      'watch stream',
+      this.#timeoutMs,
+      () => this.#client.watch(),
+      (late) => closeStream(late),
+    ).then(
+      (stream) => {
+        this.#opening = false;
+        if (this.#closed || this.#registrations.size === 0) {
+          closeStream(stream);
+          return;
+        }
+        this.#stream = stream;
+        stream.on('data', (response) => this.#onResponse(stream, response));
+        stream.on('error', () => this.#broken(stream));
+        stream.on('end', () => this.#broken(stream));
+        for (const registration of this.#registrations) this.#create(stream, registration);
+      },
+      () => {
+        this.#opening = false;
+        this.#scheduleReopen();
+      },
+    );
+  }
+
+  #create(stream: WatchStream, registration: Registration): void {
+    const watchId = String(this.#nextId++);
+    if (registration.watchId !== undefined) this.#byId.delete(registration.watchId);
+    registration.watchId = watchId;
+    this.#byId.set(watchId, registration);
+    const { key, rangeEnd } = registration.spec;
+    try {
+      stream.write({
+        create_request: {
+          key,
+          ...(rangeEnd ? { range_end: rangeEnd } : {}),
+          ...(registration.nextRevision !== undefined
+            ? { start_revision: registration.nextRevision.toString() }
+            : {}),
+          filters: ['Noput'],
+          watch_id: watchId,
+        },
+      });
+    } catch {
+      this.#broken(stream);
+    }
+  }
+
+  #cancel(registration: Registration): void {
+    if (!this.#registrations.delete(registration)) return;
+    const watchId = registration.watchId;
+    if (watchId !== undefined) {
+      this.#byId.delete(watchId);
+      try {
+        this.#stream?.write({ cancel_request: { watch_id: watchId } });
+      } catch {
+        // the stream is going away; nothing to cancel
+      }
+    }
+    if (this.#registrations.size === 0 && !this.#idleTimer) {
+      this.#idleTimer = setTimeout(() => {
+        this.#idleTimer = undefined;
+        if (this.#registrations.size > 0 || !this.#stream) return;
+        const stream = this.#stream;
+        this.#stream = undefined;
+        closeStream(stream);
+      }, IDLE_CLOSE_MS);
+      this.#idleTimer.unref();
+    }
+  }
+
+  #onResponse(stream: WatchStream, response: WatchResponseLike): void {
+    if (stream !== this.#stream) return;
+    const registration = this.#byId.get(String(response.watch_id));
+    if (!registration) return;
+    this.#backoffMs = 50;
+    if (response.canceled) {
+      // Compacted past the start revision, or refused: start over from now and let the owner re-read.
+      this.#byId.delete(String(response.watch_id));
+      registration.watchId = undefined;
+      registration.nextRevision = undefined;
+      registration.listener.onReset?.();
+      if (this.#registrations.has(registration)) this.#create(stream, registration);
+      return;
+    }
+    if (response.events.length === 0) return;
+    let last = 0n;
+    const deletes: WatchEventLike[] = [];
+    for (const event of response.events) {
+      const revision = BigInt(event.kv.mod_revision);
+      if (revision > last) last = revision;
+      if (event.type === 'Delete') deletes.push(event);
+    }
+    registration.nextRevision = last + 1n;
+    if (deletes.length > 0) registration.listener.onDeletes(deletes);
+  }
+
+  #broken(stream: WatchStream): void {
+    if (stream !== this.#stream) return;
+    this.#stream = undefined;
+    closeStream(stream);
+    this.#byId.clear();
+    for (const registration of [...this.#registrations]) {
+      registration.watchId = undefined;
+      registration.listener.onReset?.();
+    }
+    this.#scheduleReopen();
+  }
+
+  #scheduleReopen(): void {
+    if (this.#closed || this.#registrations.size === 0 || this.#reopenTimer) return;
+    const delay = this.#backoffMs * (0.5 + Math.random());
+    this.#backoffMs = Math.min(MAX_BACKOFF_MS, this.#backoffMs * 2);
+    this.#reopenTimer = setTimeout(() => {
+      this.#reopenTimer = undefined;
+      this.#open();
+    }, delay);
+    this.#reopenTimer.unref();
+  }
+}

@@ -1,0 +1,179 @@
+import { performance } from 'node:perf_hooks';
+import { LockClient, type LockHandle } from '@dlock/core';
+import { EtcdLockService } from '@dlock/etcd';
+import { type EtcdCluster, startEtcdCluster } from '@dlock/test-utils';
+import { Etcd3 } from 'etcd3';
+import { afterEach, describe, expect, it } from 'vitest';
+import { lockName, sleep, waitUntil } from './helpers.js';
+
+// Private clusters on free loopback ports: these tests pause and kill members, which the shared etcd must never see.
+
+const TTL_MS = 2_000;
+const REQUEST_TIMEOUT_MS = 1_000;
+const OPERATION_TIMEOUT_MS = 2_000;
+
+const teardown: (() => Promise<void> | void)[] = [];
+afterEach(async () => {
+  for (const fn of teardown.splice(0).reverse()) await Promise.resolve(fn()).catch(() => {});
+});
+
+function services(
+  etcd: Etcd3,
+  requestTimeoutMs = REQUEST_TIMEOUT_MS,
+  operationTimeoutMs = OPERATION_TIMEOUT_MS,
+) {
+  const all = [false, true].map((session) => {
+    const service = new EtcdLockService({ client: etcd, prefix: 'dlock-fault/', session, requestTimeoutMs });
+    const locks = new LockClient(service, { operationTimeoutMs });
+    teardown.push(async () => {
+      await locks.close();
+      await service.close();
+    });
+    return { session, service, locks };
+  });
+  return all;
+}
+
+/** Resolves how long `promise` took to settle (either way), or rejects if it did not within `maxMs`. */
+async function settlesWithin(promise: Promise<unknown>, maxMs: number): Promise<number> {
+  const start = performance.now();
+  let timer: NodeJS.Timeout | undefined;
+  const hung = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`a call did not settle within ${maxMs} ms`)), maxMs);
+  });
+  try {
+    await Promise.race([
+      promise.then(
+        () => {},
+        () => {},
+      ),
+      hung,
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+  return performance.now() - start;
+}
+
+describe('etcd paused (SIGSTOP) past the TTL, private member', () => {
+  it('makes every holder Lost within its renew budget, and no call hangs', { timeout: 60_000 }, async () => {
+    const cluster: EtcdCluster = await startEtcdCluster({ size: 1 });
+    teardown.push(() => cluster.stop());
+    const etcd = new Etcd3({ hosts: [...cluster.endpoints] });
+    teardown.push(() => etcd.close());
+    const held: { handle: LockHandle; lostAt?: number; session: boolean }[] = [];
+    for (const { session, locks } of services(etcd)) {
+      for (let i = 0; i < 3; i++) {
+        const entry: { handle?: LockHandle; lostAt?: number; session: boolean } = { session };
+        entry.handle = await locks.acquire(lockName('paused-etcd'), {
+          ttlMs: TTL_MS,
+          onLost: () => {
+            entry.lostAt = performance.now();
+          },
+        });
+        held.push(entry as { handle: LockHandle; session: boolean });
+      }
+    }
+    const member = cluster.members[0];
+    if (!member) throw new Error('no member');
+    member.process.pause();
+    const pausedAt = performance.now();
+    try {
+      // New calls while etcd answers nothing: each settles within its bounds (request timeout, core's bound).
+      const [perLock, session] = services(etcd);
+      const bound = OPERATION_TIMEOUT_MS + 1_000;
+      await settlesWithin(perLock!.locks.acquire(lockName('during-pause'), { ttlMs: TTL_MS }), bound);
+      await settlesWithin(session!.locks.acquire(lockName('during-pause'), { ttlMs: TTL_MS }), bound);
+      await settlesWithin(held[0]!.handle.renew(), bound);
+      expect(await waitUntil(() => held.every((h) => h.lostAt !== undefined), TTL_MS + 2_000)).toBe(true);
+      for (const h of held) {
+        // The last confirmed renewal was sent before the pause, so the local deadline falls within one TTL of it.
+        expect(h.lostAt! - pausedAt).toBeLessThanOrEqual(TTL_MS + 300);
+        expect(h.handle.isHeld()).toBe(false);
+      }
+      await settlesWithin(held[1]!.handle.release(), bound);
+    } finally {
+      member.process.resume();
+    }
+    // Service resumes: a new holder gets a higher token (etcd3's circuit breaker may keep the host shut ~5 s).
+    const { locks } = services(etcd)[1]!;
+    const after = await locks.acquire(lockName('after-pause'), { ttlMs: TTL_MS, waitMs: 15_000 });
+    expect(after.fencingToken).toBeGreaterThan(held.at(-1)!.handle.fencingToken);
+    await after.release();
+  });
+});
+
+describe('3-member cluster, leader killed mid-run', () => {
+  it('keeps tokens strictly increasing and holders never overlap', { timeout: 90_000 }, async () => {
+    const cluster = await startEtcdCluster({ size: 3 });
+    teardown.push(() => cluster.stop());
+    const etcd = new Etcd3({ hosts: [...cluster.endpoints] });
+    teardown.push(() => etcd.close());
+    const name = lockName('leader-kill');
+    interface Window {
+      token: bigint;
+      start: number;
+      end: number;
+      worker: number;
+    }
+    const windows: Window[] = [];
+    let stop = false;
+    // Requests may wait out an election (1–2 s) rather than fail: a deadline shorter than that would trip etcd3's
+    // per-host circuit breaker on the live members too, and it stays open for 5 s.
+    const workers = [...services(etcd, 2_500, 3_000), ...services(etcd, 2_500, 3_000)].map(
+      async ({ locks }, worker) => {
+        while (!stop) {
+          let handle: LockHandle;
+          let lostAt = Number.POSITIVE_INFINITY;
+          try {
+            handle = await locks.acquire(name, {
+              ttlMs: TTL_MS,
+              waitMs: 4_000,
+              onLost: () => {
+                lostAt = performance.now();
+              },
+            });
+          } catch {
+            await sleep(20);
+            continue;
+          }
+          const start = performance.now();
+          await sleep(20);
+          const releasedAt = performance.now();
+          // The window ends at whichever came first: our release, the loss, or the local validity deadline.
+          windows.push({
+            token: handle.fencingToken,
+            start,
+            end: Math.min(releasedAt, lostAt, handle.expiresAt),
+            worker,
+          });
+          await handle.release().catch(() => {});
+        }
+      },
+    );
+    await sleep(2_500);
+    const before = windows.length;
+    const leader = await cluster.waitForLeader();
+    await leader.process.kill();
+    const killedAt = performance.now();
+    await sleep(7_000);
+    stop = true;
+    await Promise.all(workers);
+
+    expect(before).toBeGreaterThan(5);
+    // Progress after the kill: a new leader in 1–2 s, and leases it refreshed expire within about 2 × TTL.
+    const afterKill = windows.filter((w) => w.start > killedAt);
+    expect(afterKill.length).toBeGreaterThan(0);
+    expect(afterKill[0]!.start - killedAt).toBeLessThan(2 * TTL_MS + 3_000);
+    const ordered = [...windows].sort((a, b) => a.start - b.start);
+    let latestEnd = Number.NEGATIVE_INFINITY;
+    for (let i = 0; i < ordered.length; i++) {
+      const w = ordered[i]!;
+      if (i > 0) expect(w.token).toBeGreaterThan(ordered[i - 1]!.token);
+      expect(w.start).toBeGreaterThanOrEqual(latestEnd);
+      latestEnd = Math.max(latestEnd, w.end);
+    }
+    // Several workers took part, so the ordering above compares different holders.
+    expect(new Set(windows.map((w) => w.worker)).size).toBeGreaterThan(1);
+  });
+});

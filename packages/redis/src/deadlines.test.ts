@@ -1,0 +1,80 @@
+import { TransportError } from '@dlock/core';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { Deadlines } from './deadlines.js';
+
+function deferred<T>() {
+  let resolve!: (value: T) => void;
+  let reject!: (error: unknown) => void;
+  const promise = new Promise<T>((res, rej) => {
+    resolve = res;
+    reject = rej;
+  });
+  return { promise, resolve, reject };
+}
+
+describe('Deadlines', () => {
+  beforeEach(() => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'performance'] });
+  });
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it('passes through a call that settles in time', async () => {
+    const deadlines = new Deadlines();
+    const call = deferred<string>();
+    const bounded = deadlines.bound(call.promise, 100, 'GET');
+    call.resolve('ok');
+    await expect(bounded).resolves.toBe('ok');
+    const failing = deferred<string>();
+    const boundedFail = deadlines.bound(failing.promise, 100, 'GET');
+    failing.reject(new Error('boom'));
+    await expect(boundedFail).rejects.toThrow('boom');
+  });
+
+  it('fails a call that never answers with a TransportError at its deadline, not before', async () => {
+    const deadlines = new Deadlines();
+    const never = deferred<string>();
+    let outcome: unknown;
+    deadlines.bound(never.promise, 100, 'EVALSHA acquire').catch((error: unknown) => {
+      outcome = error;
+    });
+    await vi.advanceTimersByTimeAsync(99);
+    expect(outcome).toBeUndefined();
+    await vi.advanceTimersByTimeAsync(2);
+    expect(outcome).toBeInstanceOf(TransportError);
+    expect(String(outcome)).toContain('EVALSHA acquire did not answer within 100 ms');
+    // The late answer is dropped, not an unhandled rejection.
+    never.reject(new Error('late'));
+    await vi.advanceTimersByTimeAsync(1);
+  });
+
+  it('serves many deadlines with one timer, each at its own time', async () => {
+    const deadlines = new Deadlines();
+    const expired: number[] = [];
+    for (const ms of [300, 100, 200, 100]) {
+      deadlines.bound(deferred<void>().promise, ms, `call ${ms}`).catch(() => expired.push(ms));
+    }
+    expect(vi.getTimerCount()).toBe(1);
+    await vi.advanceTimersByTimeAsync(150);
+    expect(expired).toEqual([100, 100]);
+    await vi.advanceTimersByTimeAsync(100);
+    expect(expired).toEqual([100, 100, 200]);
+    await vi.advanceTimersByTimeAsync(100);
+    expect(expired).toEqual([100, 100, 200, 300]);
+    expect(vi.getTimerCount()).toBe(0);
+  });
+
+  it('does not re-arm for calls that finish: a steady stream costs about one timer per bound', async () => {
+    const deadlines = new Deadlines();
+    for (let i = 0; i < 1_000; i++) {
+      const call = deferred<number>();
+      const bounded = deadlines.bound(call.promise, 1_000, 'PING');
+      call.resolve(i);
+      await bounded;
+    }
+    expect(vi.getTimerCount()).toBe(1);
+    await vi.advanceTimersByTimeAsync(1_001);
+    expect(vi.getTimerCount()).toBe(0);
+  });
+});

@@ -1,0 +1,12 @@
+export type { MessageListener, RedisClientLike, RedisSubscriberLike } from './client-like.js';
+export {
+  DEFAULT_KEY_PREFIX,
+  encodeLockName,
+  hashTagOf,
+  type LockKeys,
+  lockKeys,
+  validateKeyPrefix,
+} from './keys.js';
+export { RedisLockService, type RedisLockServiceOptions } from './redis-lock-service.js';
+export * from './redlock/index.js';
+export { newOwnershipToken, OWNERSHIP_TOKEN_BYTES } from './tokens.js';

@@ -1,0 +1,63 @@
+import { InvalidArgumentError } from '@dlock/core';
+
+/** Prefix of every key and channel the adapter uses unless `keyPrefix` says otherwise. */
+export const DEFAULT_KEY_PREFIX = 'dlock:';
+
+/** The Redis keys (and the release channel) of one lock. All share the hash tag `{<encoded name>}`. */
+export interface LockKeys {
+  /** Hash `{ o: ownership token, f: fencing token }` with the lease as its TTL. */
+  readonly lock: string;
+  /** The last fencing token minted for this name (a decimal string), kept for the fence retention. */
+  readonly fence: string;
+  /** List of waiting ownership tokens, oldest first. */
+  readonly queue: string;
+  /** Hash from a waiting ownership token to `"<deadline ms> <ttl ms> <notify channel>"`. */
+  readonly waiters: string;
+  /** Channel announcing that the lock became free with nobody queued (for `watch`). */
+  readonly released: string;
+}
+
+const NEEDS_ESCAPE = /[%{}]/;
+const ESCAPES: Readonly<Record<string, string>> = { '%': '%25', '{': '%7B', '}': '%7D' };
+
+/**
+ * Escapes `%`, `{` and `}` so that the name can sit inside a hash tag: Redis Cluster hashes the text between the
+ * first `{` and the next `}`, so a `}` in the name would cut the tag short and scatter one lock's keys over slots.
+ * Escaping `%` too keeps the mapping injective (`%7D` and `}` stay different). Everything else, unicode included,
+ * is kept: Redis keys are binary-safe.
+ */
+export function encodeLockName(name: string): string {
+  return NEEDS_ESCAPE.test(name) ? name.replace(/[%{}]/g, (c) => ESCAPES[c] as string) : name;
+}
+
+/** Rejects prefixes that would break the hash tag (a brace would start or end the tag inside the prefix). */
+export function validateKeyPrefix(prefix: unknown, field = 'options.keyPrefix'): string {
+  if (typeof prefix !== 'string')
+    throw new InvalidArgumentError(field, `must be a string, got ${typeof prefix}`);
+  if (/[{}]/.test(prefix)) {
+    throw new InvalidArgumentError(field, 'must not contain "{" or "}" (the adapter owns the hash tag)');
+  }
+  if (Buffer.byteLength(prefix) > 256) throw new InvalidArgumentError(field, 'must be at most 256 bytes');
+  return prefix;
+}
+
+/** The keys of lock `name` under `prefix` (a validated prefix: no braces). */
+export function lockKeys(prefix: string, name: string): LockKeys {
+  const base = `${prefix}{${encodeLockName(name)}}:`;
+  return {
+    lock: `${base}lock`,
+    fence: `${base}fence`,
+    queue: `${base}queue`,
+    waiters: `${base}waiters`,
+    released: `${base}released`,
+  };
+}
+
+/** The part of a key Redis Cluster hashes: the first `{…}` with something inside, else the whole key. */
+export function hashTagOf(key: string): string {
+  const open = key.indexOf('{');
+  if (open === -1) return key;
+  const close = key.indexOf('}', open + 1);
+  if (close === -1 || close === open + 1) return key;
+  return key.slice(open + 1, close);
+}

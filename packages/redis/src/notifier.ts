@@ -1,0 +1,176 @@
+import type { MessageListener, RedisClientLike, RedisSubscriberLike } from './client-like.js';
+import type { Deadlines } from './deadlines.js';
+
+/** node-redis throws when destroying a client that is already closed: that is the state we wanted anyway. */
+function destroyQuietly(sub: RedisSubscriberLike): void {
+  try {
+    sub.destroy();
+  } catch {
+    // already closed
+  }
+}
+
+export interface NotifierOptions {
+  readonly client: RedisClientLike;
+  /** A subscriber the caller owns; without one the notifier duplicates `client` and owns that connection. */
+  readonly subscriber: RedisSubscriberLike | undefined;
+  /** This service's own channel: grants handed to its queued waiters arrive here. */
+  readonly channel: string;
+  readonly deadlines: Deadlines;
+  readonly timeoutMs: number;
+  /** A grant handed to one of this service's waiters: `<ownership token> <fencing token>`. */
+  readonly onGrant: (message: string) => void;
+  /** The subscriber (re)connected: messages sent while it was down are lost, so waiters should look again. */
+  readonly onReconnect: () => void;
+}
+
+/**
+ * The one subscriber connection of a service. It carries the service's own channel (hand-offs to queued waiters:
+ * one message to one process per release) and, reference-counted, the release channels of names someone
+ * `watch`es. Pub/sub is best effort: every wait it serves also has a timer of its own.
+ */
+export class Notifier {
+  readonly #options: NotifierOptions;
+  readonly #watchers = new Map<
+    string,
+    { readonly callbacks: Set<() => void>; readonly listener: MessageListener }
+  >();
+  #subscriber: RedisSubscriberLike | undefined;
+  #ready: Promise<void> | undefined;
+  #closed = false;
+  readonly #onReady = (): void => this.#options.onReconnect();
+  readonly #onError = (): void => {
+    // node-redis reconnects by itself; an 'error' event without a listener would crash the process.
+  };
+  readonly #onGrant: MessageListener = (message) => this.#options.onGrant(message);
+
+  constructor(options: NotifierOptions) {
+    this.#options = options;
+  }
+
+  /**
+   * Resolves true once the service channel is subscribed, false if that did not happen within `timeoutMs`
+   * (the caller then waits without queueing). Starts the subscriber on first use.
+   */
+  async ready(timeoutMs: number): Promise<boolean> {
+    if (this.#closed) return false;
+    this.#ready ??= this.#start();
+    try {
+      await this.#options.deadlines.bound(this.#ready, timeoutMs, 'subscribing to the wake-up channel');
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  /** Subscribes `callback` to `channel` (reference-counted). Best effort; returns the unsubscribe function. */
+  watch(channel: string, callback: () => void): () => void {
+    let entry = this.#watchers.get(channel);
+    if (!entry) {
+      const callbacks = new Set<() => void>();
+      const listener: MessageListener = () => {
+        for (const cb of [...callbacks]) cb();
+      };
+      const fresh = { callbacks, listener };
+      entry = fresh;
+      this.#quietly((sub) => {
+        // Registered only now: a connection created just before has subscribed the names already watched.
+        this.#watchers.set(channel, fresh);
+        return sub.subscribe(channel, listener);
+      });
+    }
+    const { callbacks, listener } = entry;
+    const own = (): void => callback();
+    callbacks.add(own);
+    return () => {
+      if (!callbacks.delete(own) || callbacks.size > 0) return;
+      if (this.#watchers.get(channel)?.listener !== listener) return;
+      this.#watchers.delete(channel);
+      const sub = this.#subscriber;
+      if (sub && !this.#closed) {
+        this.#options.deadlines
+          .bound(sub.unsubscribe(channel, listener), this.#options.timeoutMs, 'unsubscribe')
+          .catch(() => {});
+      }
+    };
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    const sub = this.#subscriber;
+    this.#subscriber = undefined;
+    this.#watchers.clear();
+    if (!sub) return;
+    sub.off('ready', this.#onReady);
+    if (this.#options.subscriber) {
+      // Not ours to close: take our channels off it, without waiting long for a server that may be gone.
+      if (sub.isOpen) {
+        await this.#options.deadlines
+          .bound(
+            sub.unsubscribe(this.#options.channel, this.#onGrant),
+            this.#options.timeoutMs,
+            'unsubscribe',
+          )
+          .catch(() => {});
+      }
+      sub.off('error', this.#onError);
+      return;
+    }
+    if (!sub.isOpen) return;
+    await this.#options.deadlines
+      .bound(sub.close(), this.#options.timeoutMs, 'closing the subscriber')
+      .catch(() => destroyQuietly(sub));
+  }
+
+  #subscriberNow(): RedisSubscriberLike {
+    if (this.#subscriber) return this.#subscriber;
+    const own = this.#options.subscriber === undefined;
+    const sub = this.#options.subscriber ?? this.#options.client.duplicate();
+    sub.on('error', this.#onError);
+    if (own) {
+      // Our own connection must not keep the process alive; a pending wait keeps it alive with its timer.
+      sub.unref?.();
+      sub.connect().catch(() => {
+        // A failed first connect shows up as ready() returning false; the next ready() starts afresh.
+        if (this.#subscriber === sub) this.#reset(sub);
+      });
+    }
+    this.#subscriber = sub;
+    // A replacement connection takes over the names already watched.
+    for (const [channel, { listener }] of this.#watchers)
+      this.#quietly(() => sub.subscribe(channel, listener));
+    return sub;
+  }
+
+  #reset(sub: RedisSubscriberLike): void {
+    this.#subscriber = undefined;
+    this.#ready = undefined;
+    sub.off('ready', this.#onReady);
+    sub.off('error', this.#onError);
+    if (!this.#options.subscriber) destroyQuietly(sub);
+  }
+
+  async #start(): Promise<void> {
+    const sub = this.#subscriberNow();
+    try {
+      await sub.subscribe(this.#options.channel, this.#onGrant);
+    } catch (error) {
+      if (this.#subscriber === sub) this.#reset(sub);
+      throw error;
+    }
+    // Only after the first subscription: a 'ready' from now on is a reconnect (node-redis has resubscribed by then).
+    if (!this.#closed && this.#subscriber === sub) sub.on('ready', this.#onReady);
+  }
+
+  #quietly(action: (sub: RedisSubscriberLike) => Promise<unknown>): void {
+    if (this.#closed) return;
+    let pending: Promise<unknown>;
+    try {
+      pending = action(this.#subscriberNow());
+    } catch (error) {
+      pending = Promise.reject(error);
+    }
+    this.#options.deadlines.bound(pending, this.#options.timeoutMs, 'subscribe').catch(() => {});
+  }
+}

@@ -1,0 +1,57 @@
+/**
+ * One Redlock node as the quorum algorithm sees it: four atomic operations on one independent Redis. The Redis
+ * implementation is `RedisRedlockNode`; tests plug in-process models into the same algorithm.
+ *
+ * Every operation may reject (node down, reply lost). The algorithm bounds each call with its own deadline and
+ * treats a rejection as "unknown": the operation may or may not have been applied.
+ */
+export interface RedlockNode {
+  /** Round 1: claim `name` if free and report this node's fencing counter; or the holder's remaining TTL. */
+  acquire(request: NodeAcquire, signal: AbortSignal): Promise<NodeAcquireReply>;
+  /**
+   * Round 2: true if this node still holds the grant's key and its counter was below `fencingToken` and is now
+   * raised to it; false if the key is gone or the counter is already at or past the token.
+   */
+  mint(request: NodeMint, signal: AbortSignal): Promise<boolean>;
+  /** Extends every lease still owned here; results in request order. */
+  renew(requests: readonly NodeRenew[], signal: AbortSignal): Promise<readonly NodeRenewReply[]>;
+  /** Owner-checked delete, announcing the release; whether something was deleted. */
+  release(request: NodeRelease, signal: AbortSignal): Promise<boolean>;
+}
+
+export interface NodeAcquire {
+  readonly name: string;
+  readonly ownershipToken: string;
+  readonly ttlMs: number;
+}
+
+export type NodeAcquireReply =
+  | { readonly granted: true; readonly counter: bigint }
+  /** `holderTtlMs` is the holder's remaining PTTL in ms; negative when unknown (no TTL, key gone). */
+  | { readonly granted: false; readonly holderTtlMs: number };
+
+export interface NodeMint {
+  readonly name: string;
+  readonly ownershipToken: string;
+  readonly fencingToken: bigint;
+}
+
+export interface NodeRenew {
+  readonly name: string;
+  readonly ownershipToken: string;
+  readonly fencingToken: bigint;
+  readonly ttlMs: number;
+}
+
+/**
+ * `extended`: the key was present and ours. `retaken`: it was gone and was set again (evidence of a gap, never of
+ * continuous ownership). `missing`: it was gone and was left so. `refused`: another owner holds it.
+ */
+export type NodeRenewReply = 'extended' | 'retaken' | 'missing' | 'refused';
+
+export interface NodeRelease {
+  readonly name: string;
+  readonly ownershipToken: string;
+  /** Published to watchers when the delete happens; the same notice from several nodes is delivered once. */
+  readonly notice: string;
+}

@@ -1,0 +1,135 @@
+import type { RedlockClientLike, RedlockSubscriberLike } from './client-like.js';
+import { redlockKeys } from './keys.js';
+
+interface Channel {
+  readonly listeners: Set<() => void>;
+  /** Every node publishes the same notice for one release; only the first copy is delivered. */
+  lastNotice: string | undefined;
+  /** Set once the first node confirmed the subscription. */
+  active: boolean;
+  readonly onMessage: (message: string) => void;
+}
+
+/**
+ * Release notices for `watch`: one lazily opened subscriber connection per node (a duplicate of the node's client),
+ * one channel per watched name, shared by every watcher of that name in this service.
+ *
+ * A release publishes on every node it deleted from; a watcher hears it from whichever node answers first. Expiry
+ * publishes nothing (no keyspace notifications are assumed), so waiters also sleep until the holder's TTL hint.
+ * When a channel's subscription becomes active its watchers are woken once: a release that happened while the
+ * subscription was being set up would otherwise be missed, and a spurious wake only costs one extra attempt.
+ */
+export class ReleaseNotices {
+  readonly #clients: readonly RedlockClientLike[];
+  readonly #prefix: string;
+  readonly #subscribers: (Promise<RedlockSubscriberLike> | undefined)[];
+  readonly #opened = new Set<RedlockSubscriberLike>();
+  readonly #channels = new Map<string, Channel>();
+  #closed = false;
+
+  constructor(clients: readonly RedlockClientLike[], prefix: string) {
+    this.#clients = clients;
+    this.#prefix = prefix;
+    this.#subscribers = clients.map(() => undefined);
+  }
+
+  watch(name: string, onReleased: () => void): () => void {
+    if (this.#closed) return () => {};
+    const key = redlockKeys(this.#prefix, name).released;
+    let channel = this.#channels.get(key);
+    if (!channel) {
+      const created: Channel = {
+        listeners: new Set(),
+        lastNotice: undefined,
+        active: false,
+        onMessage: (message) => {
+          if (message === created.lastNotice) return;
+          created.lastNotice = message;
+          deliver(created);
+        },
+      };
+      channel = created;
+      this.#channels.set(key, channel);
+      this.#subscribeAll(key, channel);
+    }
+    // A function of its own per watch, so the same callback watched twice needs two unsubscribes.
+    const listener = (): void => onReleased();
+    channel.listeners.add(listener);
+    const current = channel;
+    return () => {
+      current.listeners.delete(listener);
+      if (current.listeners.size > 0 || this.#channels.get(key) !== current) return;
+      this.#channels.delete(key);
+      for (const subscriber of this.#subscribers) {
+        subscriber?.then((s) => s.unsubscribe(key, current.onMessage)).catch(() => {});
+      }
+    };
+  }
+
+  /** Closes the subscriber connections this object opened. The nodes' own clients stay the caller's. */
+  close(): void {
+    this.#closed = true;
+    this.#channels.clear();
+    for (const subscriber of this.#opened) subscriber.destroy();
+    this.#opened.clear();
+  }
+
+  #subscribeAll(key: string, channel: Channel): void {
+    for (let i = 0; i < this.#clients.length; i++) {
+      this.#subscriber(i)
+        .then(async (subscriber) => {
+          await subscriber.subscribe(key, channel.onMessage);
+          if (this.#channels.get(key) !== channel) {
+            // Everyone unwatched while this subscription was being set up.
+            await subscriber.unsubscribe(key, channel.onMessage);
+            return;
+          }
+          if (!channel.active) {
+            channel.active = true;
+            deliver(channel);
+          }
+        })
+        // Best effort: a node that cannot be subscribed to leaves its waiters to the TTL hint and backoff.
+        .catch(() => {});
+    }
+  }
+
+  #subscriber(index: number): Promise<RedlockSubscriberLike> {
+    const existing = this.#subscribers[index];
+    if (existing) return existing;
+    if (this.#closed) return Promise.reject(new Error('closed'));
+    const opening = (async () => {
+      const subscriber = (this.#clients[index] as RedlockClientLike).duplicate();
+      // A subscriber that loses its node reconnects (and resubscribes) on its own; its errors need a listener.
+      subscriber.on('error', () => {});
+      this.#opened.add(subscriber);
+      try {
+        await subscriber.connect();
+      } catch (error) {
+        this.#opened.delete(subscriber);
+        subscriber.destroy();
+        throw error;
+      }
+      if (this.#closed) {
+        subscriber.destroy();
+        throw new Error('closed');
+      }
+      return subscriber;
+    })();
+    this.#subscribers[index] = opening;
+    opening.catch(() => {
+      if (this.#subscribers[index] === opening) this.#subscribers[index] = undefined;
+    });
+    return opening;
+  }
+}
+
+function deliver(channel: Channel): void {
+  for (const listener of [...channel.listeners]) {
+    try {
+      listener();
+    } catch {
+      // Core wraps its callbacks and reports their errors; one throwing watcher must not starve the others.
+    }
+  }
+}

@@ -1,0 +1,316 @@
+import { randomBytes } from 'node:crypto';
+import {
+  type AcquireRequest,
+  type AcquireResult,
+  type Clock,
+  type Lease,
+  type RenewRequest,
+  type RenewResult,
+  TransportError,
+} from '@dlock/core';
+import type { NodeAcquireReply, NodeRenew, NodeRenewReply, RedlockNode } from './node.js';
+import { type Outcome, RoundDeadlines, runRound } from './round.js';
+
+/** The scripts compare counters as Lua doubles: exact only below 2^53. */
+const MAX_TOKEN = 2n ** 53n - 1n;
+
+/** Leases per renew script call: bounds the time one script blocks a node. */
+export const RENEW_CHUNK = 500;
+
+export interface QuorumLockOptions {
+  readonly nodes: readonly RedlockNode[];
+  /** Deadline of each round; every node call in it is bounded by this. */
+  readonly nodeTimeoutMs: number;
+  readonly clock: Clock;
+  readonly newOwnershipToken: () => string;
+}
+
+/** A renewal the nodes neither confirmed nor refused: too many of them failed to answer. */
+export const UNDECIDED = Symbol('undecided');
+export type RenewDecision = RenewResult | typeof UNDECIDED;
+
+/**
+ * The Redlock algorithm with fencing tokens, over any set of {@link RedlockNode}s.
+ *
+ * acquire, round 1: every node claims the key (`SET NX PX`) and reports its fencing counter. Fewer than a majority
+ * of claims: release everywhere that did not refuse, and report busy (or unreachable).
+ * acquire, round 2: token = max(counters of the claiming nodes) + 1; every node that did not refuse raises its
+ * counter to the token if it still holds this grant's key and its counter is below the token. The grant stands
+ * only if a majority raised.
+ *
+ * Why tokens are unique and ordered: two grants' raising majorities share a node. Whichever raised there second
+ * raised from a counter at least the first one's token, so its own token is higher. A grant's raises all happen
+ * before it is handed out, so a grant whose acquire started after another was handed out raised second and has
+ * the higher token. No clock is involved; the counters must survive, and a node that lost one reseeds it from its
+ * clock (see the README for that assumption).
+ */
+export class QuorumLock {
+  readonly quorum: number;
+  readonly #nodes: readonly RedlockNode[];
+  readonly #deadlines: RoundDeadlines;
+  readonly #clock: Clock;
+  readonly #newOwnershipToken: () => string;
+
+  constructor(options: QuorumLockOptions) {
+    this.#nodes = options.nodes;
+    this.quorum = Math.floor(options.nodes.length / 2) + 1;
+    this.#deadlines = new RoundDeadlines(options.clock, options.nodeTimeoutMs);
+    this.#clock = options.clock;
+    this.#newOwnershipToken = options.newOwnershipToken;
+  }
+
+  async acquire(request: AcquireRequest): Promise<AcquireResult> {
+    const { name, ttlMs, signal } = request;
+    const n = this.#nodes.length;
+    const q = this.quorum;
+    const ownershipToken = this.#newOwnershipToken();
+    const startedAt = this.#clock.monotonic();
+
+    const claims = await this.#round<NodeAcquireReply>(
+      (node, s) => node.acquire({ name, ownershipToken, ttlMs }, s),
+      (outcomes) => {
+        const c = countClaims(outcomes);
+        if (c.granted >= q) return true;
+        if (c.granted + c.pending >= q) return false;
+        // No quorum possible; wait only while more answers could still tell "busy" from "unreachable".
+        const answered = c.granted + c.refused;
+        return answered >= q || answered + c.pending < q;
+      },
+    );
+    const c = countClaims(claims);
+    if (c.granted < q) {
+      this.#cleanup(name, ownershipToken, claims);
+      if (c.granted + c.refused < q) {
+        throw new TransportError(
+          `Redlock: only ${c.granted + c.refused} of ${n} nodes answered the claim on "${name}" (quorum ${q})`,
+          { cause: firstError(claims) },
+        );
+      }
+      const hint = holderExpiry(claims, q - c.granted);
+      return hint === undefined ? { acquired: false } : { acquired: false, holderExpiresInMs: hint };
+    }
+    if (signal.aborted) {
+      this.#cleanup(name, ownershipToken, claims);
+      throw signal.reason;
+    }
+    const elapsed = this.#clock.monotonic() - startedAt;
+    if (elapsed >= ttlMs) {
+      // Every claim may already have expired: nothing is left to mint for.
+      this.#cleanup(name, ownershipToken, claims);
+      throw new TransportError(`Redlock: claiming "${name}" took ${Math.round(elapsed)} ms, the whole TTL`);
+    }
+
+    let max = 0n;
+    for (const outcome of claims) {
+      if (outcome.status === 'ok' && outcome.value.granted && outcome.value.counter > max) {
+        max = outcome.value.counter;
+      }
+    }
+    const fencingToken = max + 1n;
+    if (fencingToken > MAX_TOKEN) {
+      this.#cleanup(name, ownershipToken, claims);
+      throw new TransportError(`Redlock: the fencing counter of "${name}" reached 2^53`);
+    }
+    // Nodes that timed out in round 1 are asked too: their claim may have landed, and a node runs one
+    // connection's commands in order, so the raise cannot overtake the claim.
+    const targets = claims.flatMap((outcome, i) => (isRefusal(outcome) ? [] : [i]));
+    const raises = await runRound<boolean>(
+      targets.length,
+      (j, s) =>
+        (this.#nodes[targets[j] as number] as RedlockNode).mint({ name, ownershipToken, fencingToken }, s),
+      {
+        deadlines: this.#deadlines,
+        decided: (outcomes) => {
+          const confirmed = countConfirmed(outcomes);
+          const pending = outcomes.filter((o) => o.status === 'pending').length;
+          return confirmed >= q || confirmed + pending < q;
+        },
+      },
+    );
+    const confirmed = countConfirmed(raises);
+    if (confirmed < q) {
+      this.#cleanup(name, ownershipToken, claims);
+      throw new TransportError(
+        `Redlock: only ${confirmed} of ${n} nodes confirmed fencing token ${fencingToken} for "${name}" (quorum ${q})`,
+        { cause: firstError(raises) },
+      );
+    }
+    // The full TTL, not TTL − elapsed: core measures validity from before this call was sent, which already
+    // subtracts the time both rounds took (and renewals must ask for the full TTL again).
+    return { acquired: true, grant: { ownershipToken, fencingToken, ttlMs } };
+  }
+
+  /** Renews on every node at once; a lease is renewed only if a majority still held its key and extended it. */
+  async renew(requests: readonly RenewRequest[]): Promise<RenewDecision[]> {
+    if (requests.length <= RENEW_CHUNK) return this.#renewChunk(requests);
+    const chunks: Promise<RenewDecision[]>[] = [];
+    for (let i = 0; i < requests.length; i += RENEW_CHUNK) {
+      chunks.push(this.#renewChunk(requests.slice(i, i + RENEW_CHUNK)));
+    }
+    return (await Promise.all(chunks)).flat();
+  }
+
+  /**
+   * Owner-checked delete on every node. True if any node deleted the key. Ends once every node answered, or once
+   * a majority answered and one of them deleted (a paused node does not delay it).
+   */
+  async release(lease: Lease): Promise<boolean> {
+    const q = this.quorum;
+    const request = {
+      name: lease.name,
+      ownershipToken: lease.ownershipToken,
+      notice: lease.fencingToken.toString(),
+    };
+    const outcomes = await this.#round<boolean>(
+      (node, s) => node.release(request, s),
+      (results) => {
+        let answered = 0;
+        let deleted = false;
+        for (const o of results) {
+          if (o.status === 'ok') {
+            answered += 1;
+            deleted ||= o.value;
+          }
+        }
+        return deleted && answered >= q;
+      },
+    );
+    if (outcomes.some((o) => o.status === 'ok' && o.value)) return true;
+    if (outcomes.some((o) => o.status === 'ok')) return false;
+    throw new TransportError(`Redlock: no node answered the release of "${lease.name}"`, {
+      cause: firstError(outcomes),
+    });
+  }
+
+  async #renewChunk(requests: readonly RenewRequest[]): Promise<RenewDecision[]> {
+    const n = this.#nodes.length;
+    const q = this.quorum;
+    const items: NodeRenew[] = requests.map(({ lease, ttlMs }) => ({
+      name: lease.name,
+      ownershipToken: lease.ownershipToken,
+      fencingToken: lease.fencingToken,
+      ttlMs,
+    }));
+    const outcomes = await this.#round<readonly NodeRenewReply[]>(
+      (node, s) => node.renew(items, s),
+      (results) => items.every((_, i) => decideRenewal(results, i, n, q) !== UNDECIDED),
+    );
+    return requests.map(({ lease }, i) => {
+      const decision = decideRenewal(outcomes, i, n, q);
+      // Keys this lease still has on a minority would only block the next owner until they expire.
+      if (decision !== UNDECIDED && !decision.renewed) this.releaseInBackground(lease);
+      return decision;
+    });
+  }
+
+  #round<T>(
+    call: (node: RedlockNode, signal: AbortSignal) => Promise<T>,
+    decided: (outcomes: readonly Outcome<T>[]) => boolean,
+  ): Promise<Outcome<T>[]> {
+    return runRound<T>(this.#nodes.length, (i, s) => call(this.#nodes[i] as RedlockNode, s), {
+      deadlines: this.#deadlines,
+      decided,
+    });
+  }
+
+  /**
+   * Undoes a claim that did not become a grant: owner-checked deletes on every node that did not refuse, including
+   * those that failed or timed out (their claim may have landed). In the background; the TTL covers what it misses.
+   */
+  #cleanup(name: string, ownershipToken: string, claims: readonly Outcome<NodeAcquireReply>[]): void {
+    // The notice wakes waiters this partial claim may have turned away; unique, so watchers do not drop it as a
+    // repeat of an earlier notice.
+    const request = { name, ownershipToken, notice: `x${randomBytes(6).toString('hex')}` };
+    claims.forEach((outcome, i) => {
+      if (isRefusal(outcome)) return;
+      this.#inBackground((node, s) => node.release(request, s), i);
+    });
+  }
+
+  /** Owner-checked delete on every node, in the background (for grants that are lost or abandoned). */
+  releaseInBackground(lease: Lease): void {
+    const request = {
+      name: lease.name,
+      ownershipToken: lease.ownershipToken,
+      notice: lease.fencingToken.toString(),
+    };
+    for (let i = 0; i < this.#nodes.length; i++) {
+      this.#inBackground((node, s) => node.release(request, s), i);
+    }
+  }
+
+  #inBackground(call: (node: RedlockNode, signal: AbortSignal) => Promise<unknown>, index: number): void {
+    runRound(1, (_, s) => call(this.#nodes[index] as RedlockNode, s), { deadlines: this.#deadlines }).catch(
+      () => {},
+    );
+  }
+}
+
+function isRefusal(outcome: Outcome<NodeAcquireReply>): boolean {
+  return outcome.status === 'ok' && !outcome.value.granted;
+}
+
+function countClaims(outcomes: readonly Outcome<NodeAcquireReply>[]): {
+  granted: number;
+  refused: number;
+  pending: number;
+} {
+  let granted = 0;
+  let refused = 0;
+  let pending = 0;
+  for (const o of outcomes) {
+    if (o.status === 'pending') pending += 1;
+    else if (o.status === 'ok') {
+      if (o.value.granted) granted += 1;
+      else refused += 1;
+    }
+  }
+  return { granted, refused, pending };
+}
+
+/** Nodes that raised their counter from below the token to the token. */
+function countConfirmed(outcomes: readonly Outcome<boolean>[]): number {
+  let confirmed = 0;
+  for (const o of outcomes) if (o.status === 'ok' && o.value) confirmed += 1;
+  return confirmed;
+}
+
+/**
+ * When the lock is likely to be claimable again: `needed` more nodes must become free, so the `needed`-th shortest
+ * remaining TTL among the refusing nodes. Undefined when unknown.
+ */
+function holderExpiry(claims: readonly Outcome<NodeAcquireReply>[], needed: number): number | undefined {
+  const ttls: number[] = [];
+  for (const o of claims) {
+    if (o.status === 'ok' && !o.value.granted && o.value.holderTtlMs > 0) ttls.push(o.value.holderTtlMs);
+  }
+  ttls.sort((a, b) => a - b);
+  return ttls[Math.min(ttls.length, Math.max(1, needed)) - 1];
+}
+
+/**
+ * Only `extended` is evidence of continuous ownership. `retaken` and `refused` are evidence against it; a node
+ * that failed or did not answer is evidence of nothing.
+ */
+function decideRenewal(
+  outcomes: readonly Outcome<readonly NodeRenewReply[]>[],
+  index: number,
+  n: number,
+  q: number,
+): RenewDecision {
+  let extended = 0;
+  let against = 0;
+  for (const o of outcomes) {
+    if (o.status !== 'ok') continue;
+    if (o.value[index] === 'extended') extended += 1;
+    else against += 1;
+  }
+  if (extended >= q) return { renewed: true };
+  if (against > n - q) return { renewed: false };
+  return UNDECIDED;
+}
+
+function firstError(outcomes: readonly Outcome<unknown>[]): unknown {
+  for (const o of outcomes) if (o.status === 'failed') return o.error;
+  return undefined;
+}

@@ -1,0 +1,98 @@
+import { createHash } from 'node:crypto';
+
+/** A Lua script and its SHA1, for EVALSHA with a fallback to EVAL when the node lost its script cache. */
+export interface Script {
+  readonly source: string;
+  readonly sha: string;
+}
+
+function script(source: string): Script {
+  return { source, sha: createHash('sha1').update(source).digest('hex') };
+}
+
+/*
+ * Every write of a fencing counter gives it the retention TTL (ARGV noted per script): a name nobody locks for that
+ * long stops costing memory, and its next claim reseeds the counter like a restarted node would.
+ * Fencing counters are decimal strings and never pass through Lua's `tostring`, which would print a large double in
+ * exponent form: they are compared with `tonumber` (exact below 2^53) but stored and returned as the strings given.
+ * A missing counter is seeded from the server's TIME in microseconds, `<seconds><6-digit micros>`.
+ */
+const SEED = `local function seed()
+  local now = redis.call('TIME')
+  return now[1] .. string.format('%06d', tonumber(now[2]))
+end
+`;
+
+/**
+ * Round 1. KEYS: lock, fence. ARGV: ownership token, ttl ms, counter retention ms.
+ * Claims the lock only if it is free and reports this node's counter, or the holder's remaining PTTL.
+ */
+export const ACQUIRE = script(`${SEED}
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local fence = redis.call('GET', KEYS[2])
+  if not fence then
+    fence = seed()
+    redis.call('SET', KEYS[2], fence, 'PX', ARGV[3])
+  end
+  return {1, fence}
+end
+return {0, redis.call('PTTL', KEYS[1])}
+`);
+
+/**
+ * Round 2. KEYS: lock, fence. ARGV: ownership token, new fencing token, counter retention ms.
+ * Returns 1 if this node still holds the grant's key and its counter was below the token and is now raised to it;
+ * 0 otherwise (the key is gone, or the counter is already at or past the token: someone else raised it).
+ */
+export const MINT = script(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local fence = redis.call('GET', KEYS[2])
+if fence and tonumber(fence) >= tonumber(ARGV[2]) then return 0 end
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+return 1
+`);
+
+/**
+ * Renews a batch. KEYS: lock and fence of each lease, in pairs. ARGV: counter retention ms, retake flag ('1' or
+ * '0'), then the ttl ms, ownership token and fencing token of each lease, in threes. Per lease: 1 = extended (the
+ * key was present and ours); 2 = retaken (the key was gone, e.g. the node restarted empty: set again, counter raised
+ * to the grant's token, so the grant's majority heals before a second node restarts, but it proves nothing about
+ * the time between); 3 = gone and not retaken (flag '0'); 0 = another owner holds it.
+ */
+export const RENEW = script(`${SEED}
+local out = {}
+for i = 1, #KEYS / 2 do
+  local lock, fence = KEYS[2 * i - 1], KEYS[2 * i]
+  local ttl, owner, token = ARGV[3 * i], ARGV[3 * i + 1], ARGV[3 * i + 2]
+  local current = redis.call('GET', lock)
+  if current == owner then
+    redis.call('PEXPIRE', lock, ttl)
+    redis.call('PEXPIRE', fence, ARGV[1])
+    out[i] = 1
+  elseif current then
+    out[i] = 0
+  elseif ARGV[2] == '1' then
+    redis.call('SET', lock, owner, 'PX', ttl)
+    local value = redis.call('GET', fence) or seed()
+    if tonumber(value) < tonumber(token) then value = token end
+    redis.call('SET', fence, value, 'PX', ARGV[1])
+    out[i] = 2
+  else
+    out[i] = 3
+  end
+end
+return out
+`);
+
+/**
+ * KEYS: lock. ARGV: ownership token, release channel, notice (the fencing token, or a one-off id for a cleanup).
+ * Owner-checked delete, announced on the channel (never with the ownership token, which proves ownership).
+ */
+export const RELEASE = script(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[2], ARGV[3])
+  return 1
+end
+return 0
+`);

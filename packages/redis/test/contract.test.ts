@@ -1,0 +1,63 @@
+import { REDIS_URL } from '@dlock/test-utils';
+import { lockServiceContract } from '@dlock/testing/contract';
+import { afterAll, beforeAll } from 'vitest';
+import { RedisLockService } from '../src/index.js';
+import { connect, disconnect, type Redis, SideRedis } from './helpers.js';
+
+// Against the shared server, with a fresh client and service per test, as an application would use them.
+lockServiceContract('RedisLockService', async () => {
+  const client = await connect(REDIS_URL);
+  const service = new RedisLockService({ client, keyPrefix: 'dlock-test:', fenceRetentionMs: 60_000 });
+  return {
+    service,
+    close: async () => {
+      await service.close();
+      await disconnect(client);
+    },
+  };
+});
+
+// On a private server the suite may kill: tokens must keep increasing when Redis comes back empty.
+{
+  let side: SideRedis;
+  let client: Redis;
+  beforeAll(async () => {
+    side = await SideRedis.start();
+  });
+  afterAll(async () => {
+    await side.stop();
+  });
+  lockServiceContract(
+    'RedisLockService on a server that restarts empty',
+    async () => {
+      client = await connect(side.url);
+      const service = new RedisLockService({ client, commandTimeoutMs: 1_000 });
+      return {
+        service,
+        close: async () => {
+          await service.close();
+          await disconnect(client);
+        },
+      };
+    },
+    {
+      faults: [
+        {
+          name: 'SIGKILL and restart with no data',
+          inject: async () => {
+            await side.restartEmpty();
+          },
+          recover: async () => {},
+        },
+        {
+          name: 'SCRIPT FLUSH and FLUSHALL (scripts and counters gone, connection kept)',
+          inject: async () => {
+            await client.sendCommand(['SCRIPT', 'FLUSH']);
+            await client.sendCommand(['FLUSHALL']);
+          },
+          recover: async () => {},
+        },
+      ],
+    },
+  );
+}

@@ -1,0 +1,286 @@
+import { type Lease, LockClient, type LockHandle, type LockService, TransportError } from '@dlock/core';
+import { startTcpProxy, type TcpProxy } from '@dlock/test-utils';
+import { FaultyLockService } from '@dlock/testing';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { lockKeys, RedisLockService } from '../src/index.js';
+import { connect, disconnect, eventually, type Redis, SideRedis, sleep } from './helpers.js';
+
+// Faults on private servers: pauses of the holder and of Redis, lost replies, resets, restarts with data loss.
+let side: SideRedis;
+let admin: Redis;
+const cleanups: (() => Promise<void>)[] = [];
+
+async function serviceOn(url: string, commandTimeoutMs = 300) {
+  const client = await connect(url);
+  const service = new RedisLockService({ client, commandTimeoutMs });
+  cleanups.push(async () => {
+    await service.close();
+    await disconnect(client);
+  });
+  return { client, service };
+}
+
+function lockClient(service: ConstructorParameters<typeof LockClient>[0], operationTimeoutMs = 300) {
+  const locks = new LockClient(service, { operationTimeoutMs });
+  cleanups.push(() => locks.close());
+  return locks;
+}
+
+const lockKey = (name: string): string => lockKeys('dlock:', name).lock;
+
+beforeAll(async () => {
+  side = await SideRedis.start();
+  admin = await connect(side.url);
+});
+afterEach(async () => {
+  side.resume();
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+afterAll(async () => {
+  await disconnect(admin);
+  await side.stop();
+});
+
+/** The service, recording every grant it hands out so a test can replay an old holder's renew and release. */
+function recording(service: RedisLockService) {
+  const grants = new Map<string, Lease>();
+  const wrapped: LockService = {
+    acquire: async (request) => {
+      const result = await service.acquire(request);
+      if (result.acquired)
+        grants.set(request.name, { name: request.name, ownerId: request.ownerId, ...result.grant });
+      return result;
+    },
+    renew: (request) => service.renew(request),
+    renewMany: (requests) => service.renewMany(requests),
+    release: (lease) => service.release(lease),
+    watch: (name, onReleased) => service.watch(name, onReleased),
+  };
+  return { wrapped, grants };
+}
+
+describe('a holder paused past its TTL', () => {
+  it('(event loop frozen) is Lost on waking; the contender gets a higher token; the old grant is refused', async () => {
+    const { service } = await serviceOn(side.url);
+    const { wrapped, grants } = recording(service);
+    const holder = lockClient(wrapped);
+    const contender = lockClient(service);
+    const handle = await holder.acquire('paused-holder', { ttlMs: 400 });
+    const old = grants.get('paused-holder') as Lease;
+    // A real pause of this process, as a long GC would be: no timer and no renewal runs for 700 ms.
+    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 700);
+    expect(handle.isHeld()).toBe(false);
+    const next = await contender.acquire('paused-holder', { ttlMs: 5_000, waitMs: 2_000 });
+    expect(next.fencingToken).toBeGreaterThan(handle.fencingToken);
+    expect(await eventually(() => handle.state === 'lost', 1_000)).toBe(true);
+    expect(await handle.renew()).toBe(false);
+    // The service itself refuses the old grant, whatever its client believes.
+    expect(await service.renew({ lease: old, ttlMs: 5_000 })).toEqual({ renewed: false });
+    expect(await service.release(old)).toBe(false);
+    expect(next.isHeld()).toBe(true);
+  });
+
+  it('(renewals cut off) is Lost before the contender gets the lock; its late renewal is refused', async () => {
+    const { service } = await serviceOn(side.url);
+    const { wrapped, grants } = recording(service);
+    const faulty = new FaultyLockService(wrapped);
+    const holder = lockClient(faulty);
+    const contender = lockClient(service);
+    let lostAt = Number.POSITIVE_INFINITY;
+    const handle = await holder.acquire('cut-off', {
+      ttlMs: 500,
+      onLost: () => {
+        lostAt = performance.now();
+      },
+    });
+    const old = grants.get('cut-off') as Lease;
+    faulty.dropRenewals(true);
+    const next = await contender.acquire('cut-off', { ttlMs: 5_000, waitMs: 3_000 });
+    expect(lostAt).toBeLessThanOrEqual(performance.now());
+    expect(handle.state).toBe('lost');
+    expect(next.fencingToken).toBeGreaterThan(handle.fencingToken);
+    faulty.dropRenewals(false);
+    expect(await service.renew({ lease: old, ttlMs: 5_000 })).toEqual({ renewed: false });
+    expect(await handle.renew()).toBe(false);
+    expect(next.isHeld()).toBe(true);
+  });
+});
+
+describe('Redis paused (SIGSTOP) longer than the TTL', () => {
+  it('makes holders Lost within their TTL, bounds every call, and works again after SIGCONT', async () => {
+    const { service } = await serviceOn(side.url, 300);
+    const locks = lockClient(service, 300);
+    const ttlMs = 1_000;
+    const handles = await Promise.all(['p1', 'p2', 'p3'].map((n) => locks.acquire(n, { ttlMs })));
+    const lost = new Map<string, number>();
+    for (const h of handles) h.signal.addEventListener('abort', () => lost.set(h.name, performance.now()));
+    const pausedAt = performance.now();
+    side.pause();
+    try {
+      // Calls made while the server is frozen fail within their bounds instead of hanging.
+      let started = performance.now();
+      await expect(locks.acquire('other', { ttlMs, waitMs: 200 })).rejects.toBeInstanceOf(TransportError);
+      expect(performance.now() - started).toBeLessThan(200 + 300 + 400);
+      started = performance.now();
+      await expect(
+        service.renew({ lease: { name: 'p1', ownerId: 'x', ownershipToken: 'y', fencingToken: 1n }, ttlMs }),
+      ).rejects.toBeInstanceOf(TransportError);
+      expect(performance.now() - started).toBeLessThan(300 + 400);
+      // Every holder learns it lost the lock before the server's own lease could have run out.
+      expect(await eventually(() => lost.size === handles.length, ttlMs + 500)).toBe(true);
+      for (const at of lost.values()) expect(at - pausedAt).toBeLessThanOrEqual(ttlMs + 100);
+      for (const h of handles) expect(h.state).toBe('lost');
+      await sleep(ttlMs - (performance.now() - pausedAt) + 200);
+    } finally {
+      side.resume();
+    }
+    // After the pause the leases are gone on the server too, and the next grants carry higher tokens.
+    const again = await locks.acquire('p1', { ttlMs, waitMs: 3_000 });
+    expect(again.fencingToken).toBeGreaterThan((handles[0] as LockHandle).fencingToken);
+    await again.release();
+  });
+});
+
+describe('a connection that fails mid-acquire', () => {
+  let proxy: TcpProxy;
+  beforeAll(async () => {
+    proxy = await startTcpProxy({ targetPort: side.port });
+  });
+  afterAll(async () => {
+    await proxy.close();
+  });
+
+  it('(reply lost, connection kept) leaves no lock behind: the owner-checked cleanup deletes it', async () => {
+    const { service } = await serviceOn(`redis://127.0.0.1:${proxy.port}`, 300);
+    const locks = lockClient(service, 300);
+    proxy.dropReplies(true);
+    try {
+      await expect(locks.acquire('lost-reply', { ttlMs: 30_000 })).rejects.toBeInstanceOf(TransportError);
+      // The acquire did run on the server; so did the cleanup sent after it on the same connection.
+      expect(await eventually(async () => (await admin.exists(lockKey('lost-reply'))) === 0, 2_000)).toBe(
+        true,
+      );
+    } finally {
+      proxy.dropReplies(false);
+      proxy.resetAll(); // the replies swallowed so far would otherwise be matched to later commands
+    }
+  });
+
+  it('(reply lost, then the connection reset) frees the orphan grant once reconnected, long before its TTL', async () => {
+    const { client, service } = await serviceOn(`redis://127.0.0.1:${proxy.port}`, 300);
+    const locks = lockClient(service, 300);
+    proxy.dropReplies(true);
+    const attempt = locks.acquire('reset', { ttlMs: 30_000 }).catch((e: unknown) => e);
+    expect(await eventually(async () => (await admin.exists(lockKey('reset'))) === 1, 2_000)).toBe(true);
+    proxy.resetAll();
+    proxy.dropReplies(false);
+    expect(await attempt).toBeInstanceOf(TransportError);
+    const pttl = Number(await admin.pTTL(lockKey('reset')));
+    expect(pttl).toBeLessThanOrEqual(30_000);
+    // The cleanup retries until the client has reconnected, then deletes the grant nobody holds.
+    expect(await eventually(async () => (await admin.exists(lockKey('reset'))) === 0, 5_000)).toBe(true);
+    expect(await eventually(() => client.isReady, 5_000)).toBe(true);
+    const next = await locks.acquire('reset', { ttlMs: 5_000 });
+    expect(next.isHeld()).toBe(true);
+  });
+
+  it('(a queued waiter gives up while cut off) gives back the hand-off it never heard of', async () => {
+    const holderSide = await serviceOn(side.url, 300);
+    const holder = lockClient(holderSide.service, 300);
+    const first = await holder.acquire('queued-reset', { ttlMs: 5_000 });
+    const { service } = await serviceOn(`redis://127.0.0.1:${proxy.port}`, 300);
+    const waiter = lockClient(service, 300);
+    const giveUp = new AbortController();
+    const waiting = waiter
+      .acquire('queued-reset', { ttlMs: 30_000, waitMs: 10_000, signal: giveUp.signal })
+      .catch((e: unknown) => e);
+    const queue = lockKeys('dlock:', 'queued-reset').queue;
+    expect(await eventually(async () => (await admin.lLen(queue)) === 1, 2_000)).toBe(true);
+    // Cut the waiter off, then release: the lock is handed to it (its subscriber still counts on the server),
+    // but the message never arrives, and neither does the cleanup it sends when its caller gives up.
+    proxy.mode = 'blackhole';
+    await first.release();
+    expect(await admin.get(lockKey('queued-reset'))).toMatch(/^\S+ \d+$/);
+    giveUp.abort(new Error('caller gave up'));
+    expect(await waiting).toMatchObject({ message: 'caller gave up' });
+    await sleep(100);
+    proxy.resetAll();
+    proxy.mode = 'pass';
+    // Once reconnected, the retried cleanup frees the grant: 30 s TTL, gone within seconds.
+    expect(await eventually(async () => (await admin.exists(lockKey('queued-reset'))) === 0, 5_000)).toBe(
+      true,
+    );
+    expect(await admin.lLen(queue)).toBe(0);
+  });
+});
+
+describe('Redis gone', () => {
+  it('fails acquire, renew and release promptly instead of queueing them', async () => {
+    const other = await SideRedis.start();
+    const { service } = await serviceOn(other.url, 300);
+    const locks = lockClient(service, 300);
+    const handle = await locks.acquire('gone', { ttlMs: 2_000 });
+    await other.kill();
+    const started = performance.now();
+    await expect(locks.acquire('gone-2', { ttlMs: 2_000, waitMs: 300 })).rejects.toBeInstanceOf(
+      TransportError,
+    );
+    await expect(handle.renew()).rejects.toBeInstanceOf(TransportError);
+    await expect(handle.release()).rejects.toBeInstanceOf(TransportError);
+    expect(performance.now() - started).toBeLessThan(2_000);
+  });
+});
+
+describe('fencing tokens across data loss', () => {
+  it('stay above every earlier token when Redis restarts empty, for every name', async () => {
+    const { client, service } = await serviceOn(side.url, 1_000);
+    const locks = lockClient(service, 1_000);
+    const names = ['a', 'b', '{c}', 'ü d'];
+    const highest = new Map<string, bigint>();
+    for (let round = 0; round < 3; round++) {
+      for (const name of names) {
+        for (let i = 0; i < 5; i++) {
+          const handle = await locks.acquire(name, { ttlMs: 2_000, waitMs: 3_000 });
+          expect(handle.fencingToken, `${name}, round ${round}`).toBeGreaterThan(highest.get(name) ?? 0n);
+          highest.set(name, handle.fencingToken);
+          await handle.release();
+        }
+      }
+      await side.restartEmpty();
+      expect(await eventually(async () => (await client.ping().catch(() => '')) === 'PONG', 5_000)).toBe(
+        true,
+      );
+    }
+  });
+
+  it('keep counting up when the stored token is ahead of the server clock (the clock stepped back)', async () => {
+    const { service } = await serviceOn(side.url, 1_000);
+    const locks = lockClient(service, 1_000);
+    const ahead = BigInt(Date.now()) * 1_000n + 3_600_000_000n; // one hour in the future, in µs
+    await admin.set(lockKeys('dlock:', 'clock-back').fence, ahead.toString());
+    const first = await locks.acquire('clock-back', { ttlMs: 2_000 });
+    expect(first.fencingToken).toBe(ahead + 1n);
+    await first.release();
+    const second = await locks.acquire('clock-back', { ttlMs: 2_000 });
+    expect(second.fencingToken).toBe(ahead + 2n);
+  });
+
+  it('stay above earlier ones after the retention of the stored token ran out', async () => {
+    const client = await connect(side.url);
+    const service = new RedisLockService({ client, fenceRetentionMs: 1_000 });
+    cleanups.push(async () => {
+      await service.close();
+      await disconnect(client);
+    });
+    const locks = lockClient(service, 1_000);
+    const first = await locks.acquire('retention', { ttlMs: 500 });
+    await first.release();
+    const fenceKey = lockKeys('dlock:', 'retention').fence;
+    const pttl = Number(await admin.pTTL(fenceKey));
+    expect(pttl).toBeGreaterThan(0);
+    expect(pttl).toBeLessThanOrEqual(1_000);
+    expect(await eventually(async () => (await admin.exists(fenceKey)) === 0, 3_000)).toBe(true);
+    const second = await locks.acquire('retention', { ttlMs: 500 });
+    expect(second.fencingToken).toBeGreaterThan(first.fencingToken);
+  });
+});

@@ -1,0 +1,123 @@
+import { type RedisServer, startRedisServer } from '@dlock/test-utils';
+import { createClient } from 'redis';
+
+export type Redis = ReturnType<typeof createClient>;
+
+/** The pid of the redis-server answering on `port`. */
+async function serverPid(port: number): Promise<number | undefined> {
+  const probe = createClient({ url: `redis://127.0.0.1:${port}`, socket: { reconnectStrategy: false } });
+  probe.on('error', () => {});
+  try {
+    await within(probe.connect(), 2_000, undefined);
+    const info = await within(probe.info('server'), 2_000, '');
+    return Number(/process_id:(\d+)/.exec(info)?.[1]) || undefined;
+  } finally {
+    if (probe.isOpen) probe.destroy();
+  }
+}
+
+/**
+ * A connected node-redis client that reconnects quickly (tests restart servers) and never crashes the run on a
+ * dropped connection.
+ */
+export async function connect(url: string): Promise<Redis> {
+  const client = createClient({
+    url,
+    socket: { reconnectStrategy: (retries) => Math.min(20 * 2 ** retries, 200), connectTimeout: 2_000 },
+  });
+  client.on('error', () => {});
+  await client.connect();
+  return client;
+}
+
+/** Closes a client whatever state it is in (the server may be gone). */
+export async function disconnect(client: Redis): Promise<void> {
+  if (!client.isOpen) return;
+  await Promise.race([client.close(), new Promise((resolve) => setTimeout(resolve, 1_000))]).catch(() => {});
+  if (client.isOpen) client.destroy();
+}
+
+/** A private redis-server that a test may pause, kill and restart empty on the same port. */
+export class SideRedis {
+  #server: RedisServer;
+
+  private constructor(server: RedisServer) {
+    this.#server = server;
+  }
+
+  static async start(): Promise<SideRedis> {
+    return new SideRedis(await startRedisServer());
+  }
+
+  get url(): string {
+    return this.#server.url;
+  }
+
+  get port(): number {
+    return this.#server.port;
+  }
+
+  pause(): void {
+    this.#server.process.pause();
+  }
+
+  resume(): void {
+    this.#server.process.resume();
+  }
+
+  /** SIGKILL and start again on the same port: every key is gone (no persistence). */
+  async restartEmpty(): Promise<void> {
+    await this.#server.process.kill();
+    const server = await startRedisServer({ port: this.#server.port });
+    this.#server = server;
+    // Another suite on this machine may have taken the port meanwhile; its server would answer our PING.
+    const pid = await serverPid(server.port);
+    if (pid !== server.process.pid) {
+      throw new Error(`port ${server.port} was taken by process ${pid} while redis-server restarted`);
+    }
+  }
+
+  async kill(): Promise<void> {
+    await this.#server.process.kill();
+  }
+
+  async stop(): Promise<void> {
+    await this.#server.process.stop();
+  }
+}
+
+/** Calls per command since the last `CONFIG RESETSTAT`, from `INFO commandstats` (scripts' inner calls included). */
+export async function commandCalls(client: Redis): Promise<Record<string, number>> {
+  const info = (await client.sendCommand(['INFO', 'commandstats'])) as string;
+  const calls: Record<string, number> = {};
+  for (const match of info.matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) {
+    calls[match[1] as string] = Number(match[2]);
+  }
+  return calls;
+}
+
+export const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** `promise`, or `fallback` after `ms`: a probe of a server that may be frozen must not hang the test. */
+export function within<T>(promise: Promise<T>, ms: number, fallback: T): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([
+    promise.catch(() => fallback),
+    new Promise<T>((resolve) => {
+      timer = setTimeout(() => resolve(fallback), ms);
+    }),
+  ]).finally(() => clearTimeout(timer));
+}
+
+/** Polls `predicate` every 10 ms for up to `maxMs`; each probe may take at most a second. */
+export async function eventually(
+  predicate: () => boolean | Promise<boolean>,
+  maxMs: number,
+): Promise<boolean> {
+  const until = performance.now() + maxMs;
+  for (;;) {
+    if (await within(Promise.resolve().then(predicate), 1_000, false)) return true;
+    if (performance.now() > until) return false;
+    await sleep(10);
+  }
+}

@@ -1,0 +1,131 @@
+import { InvalidArgumentError, LockClient } from '@dlock/core';
+import { REDIS_URL } from '@dlock/test-utils';
+import { createClient } from 'redis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type RedisClientLike, RedisLockService, type RedisSubscriberLike } from '../src/index.js';
+import { connect, disconnect, type Redis } from './helpers.js';
+
+let client: Redis;
+beforeAll(async () => {
+  client = await connect(REDIS_URL);
+});
+afterAll(async () => {
+  await disconnect(client);
+});
+
+describe('RedisLockService options', () => {
+  it('accepts node-redis clients as they come from createClient (checked by the compiler)', () => {
+    const fresh = createClient({ url: REDIS_URL });
+    const asClient: RedisClientLike = fresh;
+    const asSubscriber: RedisSubscriberLike = fresh.duplicate();
+    expect(typeof asClient.sendCommand).toBe('function');
+    expect(typeof asSubscriber.subscribe).toBe('function');
+  });
+
+  it('refuses bad options before touching Redis', () => {
+    const bad: unknown[] = [
+      undefined,
+      null,
+      {},
+      { client: {} },
+      { client, keyPrefix: 'a{b' },
+      { client, keyPrefix: 'x}' },
+      { client, keyPrefix: 5 },
+      { client, subscriber: client },
+      { client, subscriber: {} },
+      { client, commandTimeoutMs: 0 },
+      { client, commandTimeoutMs: Number.NaN },
+      { client, commandTimeoutMs: 2 ** 31 },
+      { client, fenceRetentionMs: 999 },
+      { client, fenceRetentionMs: 1.5e3 + 0.5 },
+      { client: { sendCommand: () => Promise.resolve() } }, // no duplicate() and no subscriber
+    ];
+    for (const options of bad) {
+      expect(() => new RedisLockService(options as never), JSON.stringify(options)).toThrow(
+        InvalidArgumentError,
+      );
+    }
+  });
+
+  it('refuses bad requests before touching Redis', async () => {
+    const service = new RedisLockService({ client });
+    const request = {
+      name: 'n',
+      ownerId: 'o',
+      ttlMs: 1_000,
+      waitMs: 0,
+      signal: new AbortController().signal,
+    };
+    await expect(service.acquire({ ...request, name: '' })).rejects.toThrow(InvalidArgumentError);
+    await expect(service.acquire({ ...request, name: 'x'.repeat(1_025) })).rejects.toThrow(
+      InvalidArgumentError,
+    );
+    await expect(service.acquire({ ...request, name: '\uD800' })).rejects.toThrow(InvalidArgumentError);
+    await expect(service.acquire({ ...request, ttlMs: 0 })).rejects.toThrow(InvalidArgumentError);
+    await expect(service.acquire({ ...request, ttlMs: 1.5 })).rejects.toThrow(InvalidArgumentError);
+    await service.close();
+  });
+
+  it('keeps locks of services with different prefixes apart', async () => {
+    const a = new RedisLockService({ client, keyPrefix: 'dlock-test-a:', fenceRetentionMs: 60_000 });
+    const b = new RedisLockService({ client, keyPrefix: 'dlock-test-b:', fenceRetentionMs: 60_000 });
+    const name = `prefix-${process.pid}-${Date.now()}`;
+    const la = new LockClient(a);
+    const lb = new LockClient(b);
+    const ha = await la.acquire(name, { ttlMs: 2_000 });
+    const hb = await lb.acquire(name, { ttlMs: 2_000 });
+    expect(await client.exists(`dlock-test-a:{${name}}:lock`)).toBe(1);
+    expect(await client.exists(`dlock-test-b:{${name}}:lock`)).toBe(1);
+    await ha.release();
+    await hb.release();
+    await la.close();
+    await lb.close();
+    await a.close();
+    await b.close();
+  });
+
+  it('fails fast, without queueing the command, while the client is not connected', async () => {
+    const offline = createClient({ url: REDIS_URL });
+    const service = new RedisLockService({ client: offline });
+    const started = performance.now();
+    await expect(
+      service.acquire({
+        name: 'offline',
+        ownerId: 'o',
+        ttlMs: 1_000,
+        waitMs: 0,
+        signal: new AbortController().signal,
+      }),
+    ).rejects.toMatchObject({ code: 'TRANSPORT' });
+    expect(performance.now() - started).toBeLessThan(500);
+    await service.close();
+  });
+
+  it('closes the subscriber it made, and only that one', async () => {
+    const own = await connect(REDIS_URL);
+    const subscriber = await connect(REDIS_URL);
+    const mine = new RedisLockService({ client: own });
+    const theirs = new RedisLockService({ client: own, subscriber });
+    const unwatchA = mine.watch('close-check', () => {});
+    const unwatchB = theirs.watch('close-check', () => {});
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    unwatchA();
+    unwatchB();
+    await mine.close();
+    await theirs.close();
+    await mine.close(); // idempotent
+    expect(subscriber.isOpen).toBe(true);
+    expect(own.isOpen).toBe(true);
+    await expect(
+      mine.acquire({
+        name: 'x',
+        ownerId: 'o',
+        ttlMs: 1_000,
+        waitMs: 0,
+        signal: new AbortController().signal,
+      }),
+    ).rejects.toMatchObject({ code: 'TRANSPORT' });
+    await disconnect(subscriber);
+    await disconnect(own);
+  });
+});

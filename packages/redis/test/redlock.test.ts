@@ -1,0 +1,492 @@
+import { AcquireTimeoutError, LockClient, TransportError } from '@dlock/core';
+import {
+  type RedisServer,
+  rejection,
+  startRedisServer,
+  startTcpProxy,
+  type TcpProxy,
+} from '@dlock/test-utils';
+import { lockServiceContract } from '@dlock/testing/contract';
+import { createClient } from 'redis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { RedlockService } from '../src/redlock/index.js';
+import { redlockKeys } from '../src/redlock/keys.js';
+import { RedisRedlockNode } from '../src/redlock/redis-node.js';
+
+/*
+ * Redlock against real, private redis-server processes on loopback ports (no persistence, so a restart loses
+ * everything). Five servers: the first three make the 3-node setup, all five the 5-node one.
+ */
+
+type Client = ReturnType<typeof createClient>;
+
+const NODE_TIMEOUT_MS = 200;
+const servers: RedisServer[] = [];
+const clients: Client[] = [];
+const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+
+async function connect(url: string): Promise<Client> {
+  // Reconnect quickly, so a restarted node is back within a test's time.
+  const client = createClient({ url, socket: { reconnectStrategy: () => 50, connectTimeout: 1_000 } });
+  client.on('error', () => {});
+  await client.connect();
+  return client;
+}
+
+async function until(condition: () => boolean, what = 'condition', maxMs = 5_000): Promise<void> {
+  const deadline = Date.now() + maxMs;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error(`${what}: not met within ${maxMs} ms`);
+    await sleep(20);
+  }
+}
+
+/** Direct commands in the tests get a bound too: a test must fail, not hang, when a server is stuck. */
+function within<T>(promise: Promise<T>, ms = 3_000): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
+/** Until node `index`'s shared client answers a PING again (its `isReady` alone can be stale for a moment). */
+async function waitReady(index: number): Promise<void> {
+  const deadline = Date.now() + 5_000;
+  for (;;) {
+    const client = clients[index] as Client;
+    if (client.isReady && (await within(client.ping(), 500).catch(() => '')) === 'PONG') return;
+    if (Date.now() > deadline) throw new Error(`node ${index} did not come back`);
+    await sleep(20);
+  }
+}
+
+/** Polls until no server holds `key` or `maxMs` passed; how many still hold it. */
+async function holdersSoon(key: string, maxMs: number): Promise<number> {
+  const deadline = Date.now() + maxMs;
+  for (;;) {
+    const count = await holders(key);
+    if (count === 0 || Date.now() > deadline) return count;
+    await sleep(10);
+  }
+}
+
+/** How many of the 3-node setup's servers hold `key`. */
+async function holders(key: string): Promise<number> {
+  let count = 0;
+  for (const client of three()) count += await within(client.exists(key));
+  return count;
+}
+
+/*
+ * Servers are stopped with SIGTERM, not SIGKILL. With no persistence configured both lose every key, but a SIGKILL
+ * lets node-redis < 5.11 reconnect to the dying server and end up "ready" on a dead socket for good
+ * (redis/node-redis#3108, fixed in 5.11): the service survives that (the node just fails every round, by its
+ * deadline) but the test could not bring the node back.
+ */
+
+/** Stops node `index` without saving and starts an empty server on the same port. */
+async function restartEmpty(index: number): Promise<void> {
+  const old = servers[index] as RedisServer;
+  await old.process.stop();
+  servers[index] = await startRedisServer({ port: old.port });
+  await waitReady(index);
+}
+
+async function takeDown(index: number): Promise<void> {
+  await (servers[index] as RedisServer).process.stop();
+  await until(() => clients[index]?.isReady === false, `node ${index} client notices`);
+}
+
+function three(): Client[] {
+  return clients.slice(0, 3);
+}
+
+function service(nodes: Client[]): RedlockService {
+  return new RedlockService({ clients: nodes, nodeTimeoutMs: NODE_TIMEOUT_MS });
+}
+
+let counter = 0;
+function lockName(label: string): string {
+  counter += 1;
+  return `redlock-test:${process.pid}:${counter}:${label}`;
+}
+
+beforeAll(async () => {
+  const started = await Promise.all(Array.from({ length: 5 }, () => startRedisServer()));
+  servers.push(...started);
+  clients.push(...(await Promise.all(started.map((s) => connect(s.url)))));
+}, 30_000);
+
+afterAll(async () => {
+  for (const client of clients) client.destroy();
+  await Promise.all(servers.map((s) => s.process.stop()));
+});
+
+describe('the per-node scripts on a real server', () => {
+  const signal = new AbortController().signal;
+  const node = (): RedisRedlockNode =>
+    new RedisRedlockNode(clients[0] as Client, {
+      prefix: 'dlock:redlock:',
+      fenceRetentionMs: 60_000,
+      label: 'n0',
+    });
+
+  it('claim seeds a missing counter from the server clock (µs) and keeps it for the retention', async () => {
+    const name = lockName('seed');
+    const { fence } = redlockKeys('dlock:redlock:', name);
+    const before = BigInt(Date.now()) * 1000n;
+    const reply = await node().acquire({ name, ownershipToken: 'owner-1', ttlMs: 5_000 }, signal);
+    if (!reply.granted) throw new Error('expected a claim');
+    expect(reply.counter).toBeGreaterThanOrEqual(before - 1_000_000n); // same machine: within a second
+    expect(reply.counter).toBeLessThanOrEqual(BigInt(Date.now()) * 1000n + 1_000_000n);
+    const ttl = await within((clients[0] as Client).pTTL(fence));
+    expect(ttl).toBeGreaterThan(50_000);
+    expect(ttl).toBeLessThanOrEqual(60_000);
+    const busy = await node().acquire({ name, ownershipToken: 'owner-2', ttlMs: 5_000 }, signal);
+    expect(busy.granted).toBe(false);
+    if (!busy.granted) expect(busy.holderTtlMs).toBeGreaterThan(4_000);
+  });
+
+  it('mint raises only from below the token, only while the grant holds the key', async () => {
+    const name = lockName('mint');
+    const n = node();
+    const reply = await n.acquire({ name, ownershipToken: 'owner-1', ttlMs: 5_000 }, signal);
+    if (!reply.granted) throw new Error('expected a claim');
+    const token = reply.counter + 1n;
+    expect(await n.mint({ name, ownershipToken: 'someone-else', fencingToken: token + 5n }, signal)).toBe(
+      false,
+    );
+    expect(await n.mint({ name, ownershipToken: 'owner-1', fencingToken: token }, signal)).toBe(true);
+    // Equal is not a raise: a counter already at the token was raised by another grant.
+    expect(await n.mint({ name, ownershipToken: 'owner-1', fencingToken: token }, signal)).toBe(false);
+    expect(await n.mint({ name, ownershipToken: 'owner-1', fencingToken: token - 1n }, signal)).toBe(false);
+    const { fence } = redlockKeys('dlock:redlock:', name);
+    expect(await within((clients[0] as Client).get(fence))).toBe(token.toString());
+  });
+
+  it('renew extends, retakes a vanished key with the counter raised, and refuses another owner', async () => {
+    const n = node();
+    const [mine, vanished, taken] = [lockName('r1'), lockName('r2'), lockName('r3')];
+    await n.acquire({ name: mine, ownershipToken: 'me', ttlMs: 1_000 }, signal);
+    await n.acquire({ name: taken, ownershipToken: 'other', ttlMs: 5_000 }, signal);
+    const big = 9_000_000_000_000_000n; // above any clock seed
+    const replies = await n.renew(
+      [
+        { name: mine, ownershipToken: 'me', fencingToken: 1n, ttlMs: 8_000 },
+        { name: vanished, ownershipToken: 'me', fencingToken: big, ttlMs: 8_000 },
+        { name: taken, ownershipToken: 'me', fencingToken: 1n, ttlMs: 8_000 },
+      ],
+      signal,
+    );
+    expect(replies).toEqual(['extended', 'retaken', 'refused']);
+    const redis = clients[0] as Client;
+    expect(await within(redis.pTTL(redlockKeys('dlock:redlock:', mine).lock))).toBeGreaterThan(7_000);
+    expect(await within(redis.get(redlockKeys('dlock:redlock:', vanished).lock))).toBe('me');
+    expect(await within(redis.get(redlockKeys('dlock:redlock:', vanished).fence))).toBe(big.toString());
+    expect(await within(redis.get(redlockKeys('dlock:redlock:', taken).lock))).toBe('other');
+    expect(await n.release({ name: taken, ownershipToken: 'me', notice: '1' }, signal)).toBe(false);
+    expect(await n.release({ name: mine, ownershipToken: 'me', notice: '1' }, signal)).toBe(true);
+  });
+
+  it('after the node lost its script cache: falls back to EVAL, and a re-sent renewal never re-takes', async () => {
+    const n = node();
+    const name = lockName('noscript');
+    const redis = clients[0] as Client;
+    await within(redis.scriptFlush());
+    const reply = await n.acquire({ name, ownershipToken: 'x', ttlMs: 5_000 }, signal);
+    expect(reply.granted).toBe(true);
+    const renewal = { name, ownershipToken: 'x', fencingToken: 1n, ttlMs: 5_000 };
+    await within(redis.scriptFlush());
+    expect(await n.renew([renewal], signal)).toEqual(['extended']);
+    // The re-sent copy may run after a release sent meanwhile: it must leave a deleted key deleted.
+    await within(redis.del(redlockKeys('dlock:redlock:', name).lock));
+    await within(redis.scriptFlush());
+    expect(await n.renew([renewal], signal)).toEqual(['missing']);
+    expect(await within(redis.exists(redlockKeys('dlock:redlock:', name).lock))).toBe(0);
+    // With the script cached, the same renewal re-takes the vanished key.
+    expect(await n.renew([renewal], signal)).toEqual(['retaken']);
+  });
+});
+
+describe('RedlockService on 3 real nodes', () => {
+  let subject: RedlockService | undefined;
+  lockServiceContract(
+    'RedlockService (3 redis-server nodes)',
+    () => {
+      subject = service(three());
+      return { service: subject, close: () => subject?.close() };
+    },
+    {
+      ttlMs: 500,
+      faults: [
+        {
+          name: 'one node restarted empty',
+          inject: () => restartEmpty(1),
+          recover: async () => {},
+        },
+        {
+          name: 'every node restarted empty, one after another (the counters reseed from the clock)',
+          inject: async () => {
+            for (const i of [0, 1, 2]) await restartEmpty(i);
+          },
+          recover: async () => {},
+        },
+      ],
+    },
+  );
+});
+
+describe('RedlockService faults on real servers', () => {
+  it('one of three nodes down: locks are still granted and tokens still increase, also after it returns empty', async () => {
+    const locks = new LockClient(service(three()), { operationTimeoutMs: 2_000 });
+    const name = lockName('one-down');
+    const tokens: bigint[] = [];
+    const takeTurn = async (): Promise<void> => {
+      const handle = await locks.acquire(name, { ttlMs: 2_000, waitMs: 1_000 });
+      tokens.push(handle.fencingToken);
+      await handle.release();
+    };
+    await takeTurn();
+    await takeDown(2);
+    for (let i = 0; i < 4; i++) await takeTurn();
+    await restartEmpty(2);
+    for (let i = 0; i < 3; i++) await takeTurn();
+    await locks.close();
+    expect(tokens).toHaveLength(8);
+    for (let i = 1; i < tokens.length; i++) expect(tokens[i]).toBeGreaterThan(tokens[i - 1] as bigint);
+  });
+
+  it('renewMany with a node down: a lease the nodes can neither confirm nor refuse is not renewed; renew says so', async () => {
+    const redlock = service(three());
+    const signal = new AbortController().signal;
+    const grab = async (label: string) => {
+      const name = lockName(label);
+      const result = await redlock.acquire({ name, ownerId: 'test', ttlMs: 5_000, waitMs: 0, signal });
+      if (!result.acquired) throw new Error('expected a grant');
+      const { ownershipToken, fencingToken } = result.grant;
+      return { lease: { name, ownerId: 'test', ownershipToken, fencingToken }, ttlMs: 5_000 };
+    };
+    const [sound, shaky] = [await grab('sound'), await grab('shaky')];
+    await takeDown(2);
+    try {
+      // Node 1 loses the shaky lease's key: node 0 still confirms it, node 1 only retakes it, node 2 is silent.
+      await within((clients[1] as Client).del(redlockKeys('dlock:redlock:', shaky.lease.name).lock));
+      expect(await redlock.renewMany([sound, shaky])).toEqual([{ renewed: true }, { renewed: false }]);
+      // Alone, the same undecided lease is a transport error (core keeps its last proven validity).
+      const again = await grab('shaky-again');
+      await within((clients[1] as Client).del(redlockKeys('dlock:redlock:', again.lease.name).lock));
+      await expect(redlock.renew(again)).rejects.toBeInstanceOf(TransportError);
+      expect(await redlock.renew(sound)).toEqual({ renewed: true });
+      expect(await redlock.release(sound.lease)).toBe(true);
+    } finally {
+      await restartEmpty(2);
+    }
+  });
+
+  it('two of three nodes down: acquisition fails cleanly within its wait budget, and works again after', async () => {
+    const locks = new LockClient(service(three()), { operationTimeoutMs: 2_000 });
+    const name = lockName('two-down');
+    const before = await locks.acquire(name, { ttlMs: 2_000 });
+    await before.release();
+
+    await takeDown(0);
+    servers[1]?.process.pause(); // one down, one hung: neither may make the call wait past its budget
+    try {
+      const waitMs = 600;
+      const startedAt = performance.now();
+      const error = await rejection(locks.acquire(name, { ttlMs: 2_000, waitMs }));
+      const elapsed = performance.now() - startedAt;
+      expect(error instanceof TransportError || error instanceof AcquireTimeoutError).toBe(true);
+      expect(error).toBeInstanceOf(TransportError); // "no quorum reachable", not "busy"
+      expect(elapsed).toBeGreaterThanOrEqual(waitMs - 50);
+      // waitMs, plus at most one more attempt's two rounds, plus slack for a busy machine.
+      expect(elapsed).toBeLessThan(waitMs + 2 * NODE_TIMEOUT_MS + 1_500);
+      // A single attempt (waitMs 0) is bounded by one round.
+      const once = performance.now();
+      await expect(locks.acquire(name, { ttlMs: 2_000 })).rejects.toBeInstanceOf(TransportError);
+      expect(performance.now() - once).toBeLessThan(NODE_TIMEOUT_MS + 1_000);
+    } finally {
+      servers[1]?.process.resume();
+      await restartEmpty(0);
+    }
+    const after = await locks.acquire(name, { ttlMs: 2_000, waitMs: 2_000 });
+    expect(after.fencingToken).toBeGreaterThan(before.fencingToken);
+    await locks.close();
+  });
+
+  it('a node restarted empty between grants, and the only node shared by both majorities: tokens still increase', async () => {
+    // Node 2 is reached through a proxy, so it can be cut off with its data intact and without commands queued for
+    // it (a paused server would run them on resume and learn the token after all).
+    const proxy = await startTcpProxy({ targetPort: (servers[2] as RedisServer).port });
+    const viaProxy = await connect(`redis://127.0.0.1:${proxy.port}`);
+    const redlock = service([clients[0] as Client, clients[1] as Client, viaProxy]);
+    const locks = new LockClient(redlock, { operationTimeoutMs: 2_000 });
+    const name = lockName('restart-between');
+    try {
+      // Warm the name on every node, so node 2 holds an old counter.
+      await (await locks.acquire(name, { ttlMs: 2_000 })).release();
+      // A release returns once a majority deleted; let node 2's delete land before cutting it off.
+      const { lock: lockKey } = redlockKeys('dlock:redlock:', name);
+      for (let i = 0; i < 100 && (await within((clients[2] as Client).exists(lockKey))) > 0; i++)
+        await sleep(10);
+      proxy.mode = 'blackhole';
+      const a = await locks.acquire(name, { ttlMs: 2_000, waitMs: 1_000 }); // majority {0, 1}
+      await a.release();
+      proxy.resetAll();
+      proxy.mode = 'pass';
+      await restartEmpty(1); // node 1 forgets A's token; node 2 never saw it
+      await until(() => viaProxy.isReady);
+      servers[0]?.process.pause();
+      try {
+        const b = await locks.acquire(name, { ttlMs: 2_000, waitMs: 1_000 }); // majority {1, 2}
+        expect(b.fencingToken).toBeGreaterThan(a.fencingToken);
+        await b.release();
+      } finally {
+        servers[0]?.process.resume();
+      }
+    } finally {
+      await locks.close();
+      viaProxy.destroy();
+      await proxy.close();
+    }
+  });
+
+  it('a paused node: acquire, renewals and release stay bounded and the lock is held throughout', async () => {
+    const redlock = service(three());
+    const locks = new LockClient(redlock, { operationTimeoutMs: 2_000 });
+    const other = new LockClient(service(three()), { operationTimeoutMs: 2_000 });
+    const name = lockName('paused');
+    servers[0]?.process.pause();
+    try {
+      let startedAt = performance.now();
+      const handle = await locks.acquire(name, { ttlMs: 600, waitMs: 1_000 });
+      // Two nodes answering make the quorum: the call does not wait for the paused one.
+      expect(performance.now() - startedAt).toBeLessThan(NODE_TIMEOUT_MS + 500);
+      let renewals = 0;
+      locks.events.on('renewed', () => {
+        renewals += 1;
+      });
+      await sleep(1_500); // 2.5 TTLs: renewals must keep it
+      expect(renewals).toBeGreaterThanOrEqual(2);
+      expect(handle.state).toBe('held');
+      expect(await other.tryAcquire(name, { ttlMs: 600 })).toBeNull();
+      startedAt = performance.now();
+      await handle.release();
+      expect(performance.now() - startedAt).toBeLessThan(NODE_TIMEOUT_MS + 500);
+      const next = await other.acquire(name, { ttlMs: 600, waitMs: 1_000 });
+      expect(next.fencingToken).toBeGreaterThan(handle.fencingToken);
+      await next.release();
+    } finally {
+      servers[0]?.process.resume();
+    }
+    await Promise.all([locks.close(), other.close()]);
+  });
+
+  it('renewal retakes the key on a node that restarted empty, so a later second restart does not lose the lock', async () => {
+    const locks = new LockClient(service(three()), { operationTimeoutMs: 2_000 });
+    const name = lockName('heal');
+    const { lock: lockKey } = redlockKeys('dlock:redlock:', name);
+    const handle = await locks.acquire(name, { ttlMs: 900 });
+    await restartEmpty(0);
+    await sleep(1_000); // renewals every ~300 ms; the first after the restart may find no scripts cached
+    expect(await within((clients[0] as Client).exists(lockKey))).toBe(1);
+    await restartEmpty(1);
+    await sleep(1_000);
+    expect(handle.state).toBe('held');
+    expect(await holders(lockKey)).toBe(3);
+    await handle.release();
+    // release returns once a majority deleted; the last node follows within a round trip.
+    expect(await holdersSoon(lockKey, 1_000)).toBe(0);
+    await locks.close();
+  });
+
+  it('a takeover on a majority: the old holder is told Lost (rejected), the new one has a higher token', async () => {
+    const a = new LockClient(service(three()), { operationTimeoutMs: 2_000 });
+    const b = new LockClient(service(three()), { operationTimeoutMs: 2_000 });
+    const name = lockName('takeover');
+    const { lock: lockKey } = redlockKeys('dlock:redlock:', name);
+    const lost = new Promise<string>((resolve) => {
+      a.events.on('lost', (event) => resolve(event.reason));
+    });
+    const first = await a.acquire(name, { ttlMs: 900 });
+    // Nodes 0 and 1 forget the grant, as if their keys had expired early (restart, clock jump).
+    await within((clients[0] as Client).del(lockKey));
+    await within((clients[1] as Client).del(lockKey));
+    const second = await b.acquire(name, { ttlMs: 900 });
+    expect(second.fencingToken).toBeGreaterThan(first.fencingToken);
+    expect(await within(lost)).toBe('rejected');
+    expect(first.state).toBe('lost');
+    await second.release();
+    await Promise.all([a.close(), b.close()]);
+  });
+
+  it('replies lost on every node: the acquire fails, and the claims it may have made are deleted, not left to the TTL', async () => {
+    const proxies: TcpProxy[] = await Promise.all(
+      servers.slice(0, 3).map((s) => startTcpProxy({ targetPort: s.port })),
+    );
+    const proxied = await Promise.all(proxies.map((p) => connect(`redis://127.0.0.1:${p.port}`)));
+    const name = lockName('lost-replies');
+    const { lock: lockKey } = redlockKeys('dlock:redlock:', name);
+    try {
+      for (const proxy of proxies) proxy.dropReplies(true);
+      const redlock = service(proxied);
+      const startedAt = performance.now();
+      await expect(
+        redlock.acquire({
+          name,
+          ownerId: 'test',
+          ttlMs: 10_000,
+          waitMs: 0,
+          signal: new AbortController().signal,
+        }),
+      ).rejects.toBeInstanceOf(TransportError);
+      expect(performance.now() - startedAt).toBeLessThan(NODE_TIMEOUT_MS + 1_000);
+      // The SETs did land (only the replies were lost) ...
+      // ... and the cleanup deletes, which also reach the servers, removed them long before the 10 s TTL.
+      expect(await holdersSoon(lockKey, 2_000)).toBe(0);
+    } finally {
+      // These connections' reply streams are out of step now: never reuse them.
+      for (const client of proxied) client.destroy();
+      await Promise.all(proxies.map((p) => p.close()));
+    }
+  });
+});
+
+describe('RedlockService on 5 real nodes', () => {
+  it('two of five down: still granted with increasing tokens; three down: fails cleanly', async () => {
+    const redlock = service(clients.slice(0, 5));
+    expect(redlock.quorum).toBe(3);
+    const locks = new LockClient(redlock, { operationTimeoutMs: 2_000 });
+    const name = lockName('five');
+    const tokens: bigint[] = [];
+    const takeTurn = async (): Promise<void> => {
+      const handle = await locks.acquire(name, { ttlMs: 2_000, waitMs: 1_000 });
+      tokens.push(handle.fencingToken);
+      await handle.release();
+    };
+    await takeTurn();
+    await takeDown(3);
+    servers[4]?.process.pause();
+    try {
+      for (let i = 0; i < 3; i++) await takeTurn();
+      servers[0]?.process.pause();
+      try {
+        const startedAt = performance.now();
+        await expect(locks.acquire(name, { ttlMs: 2_000, waitMs: 300 })).rejects.toBeInstanceOf(
+          TransportError,
+        );
+        expect(performance.now() - startedAt).toBeLessThan(300 + 2 * NODE_TIMEOUT_MS + 1_500);
+      } finally {
+        servers[0]?.process.resume();
+      }
+    } finally {
+      servers[4]?.process.resume();
+    }
+    await restartEmpty(3);
+    await takeTurn();
+    expect(tokens).toHaveLength(5);
+    for (let i = 1; i < tokens.length; i++) expect(tokens[i]).toBeGreaterThan(tokens[i - 1] as bigint);
+    await locks.close();
+  });
+});

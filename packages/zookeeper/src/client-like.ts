@@ -1,0 +1,139 @@
+/**
+ * The part of `node-zookeeper-client` (1.1.x) this package calls, as a structural type: the adapter never imports the
+ * client's types, and a wrapped or instrumented client works as long as it has these members.
+ */
+
+/** A node's metadata. 64-bit fields arrive as 8-byte big-endian buffers. */
+export interface ZooKeeperStatLike {
+  /** The zxid of the transaction that created the node: ensemble-wide and increasing. */
+  readonly czxid: Buffer;
+  /** The session that owns the node if it is ephemeral, else zero. */
+  readonly ephemeralOwner: Buffer;
+}
+
+/** The client's state objects (`State.SYNC_CONNECTED` …); only `code` is read. */
+export interface ZooKeeperStateLike {
+  readonly name: string;
+  readonly code: number;
+}
+
+/** One result of a `multi` transaction; `err` is a ZooKeeper error code, 0 for success. */
+export interface ZooKeeperOpResultLike {
+  readonly type: number;
+  readonly err?: number;
+}
+
+export type ZooKeeperWatcher = (event: unknown) => void;
+export type ZooKeeperCallback<T> = (error: Error | null | undefined, value: T) => void;
+
+export interface ZooKeeperTransactionLike {
+  check(path: string, version?: number): ZooKeeperTransactionLike;
+  commit(
+    callback: (error: Error | null | undefined, results?: readonly ZooKeeperOpResultLike[]) => void,
+  ): void;
+}
+
+export interface ZooKeeperClientLike {
+  connect(): void;
+  close(): void;
+  getState(): ZooKeeperStateLike;
+  getSessionId(): Buffer;
+  getSessionTimeout(): number;
+  create(path: string, data: Buffer, mode: number, callback: ZooKeeperCallback<string>): void;
+  remove(path: string, version: number, callback: (error: Error | null | undefined) => void): void;
+  exists(path: string, callback: ZooKeeperCallback<ZooKeeperStatLike | null>): void;
+  exists(
+    path: string,
+    watcher: ZooKeeperWatcher,
+    callback: ZooKeeperCallback<ZooKeeperStatLike | null>,
+  ): void;
+  getData(
+    path: string,
+    watcher: ZooKeeperWatcher,
+    callback: (
+      error: Error | null | undefined,
+      data: Buffer | undefined,
+      stat: ZooKeeperStatLike | undefined,
+    ) => void,
+  ): void;
+  getChildren(path: string, callback: ZooKeeperCallback<string[]>): void;
+  getChildren(path: string, watcher: ZooKeeperWatcher, callback: ZooKeeperCallback<string[]>): void;
+  transaction(): ZooKeeperTransactionLike;
+  on(event: 'state', listener: (state: ZooKeeperStateLike) => void): unknown;
+  removeListener(event: 'state', listener: (state: ZooKeeperStateLike) => void): unknown;
+}
+
+/** What `require('node-zookeeper-client')` gives; only used when the adapter makes its own clients. */
+export interface ZooKeeperModuleLike {
+  createClient(
+    connectionString: string,
+    options: { sessionTimeout: number; spinDelay: number; retries: number },
+  ): ZooKeeperClientLike;
+}
+
+/** `State` codes of node-zookeeper-client. */
+export const STATE = {
+  DISCONNECTED: 0,
+  SYNC_CONNECTED: 3,
+  AUTH_FAILED: 4,
+  CONNECTED_READ_ONLY: 5,
+  EXPIRED: -122,
+} as const;
+
+/** `CreateMode` values (the wire flags). */
+export const CREATE_MODE = { PERSISTENT: 0, EPHEMERAL_SEQUENTIAL: 3 } as const;
+
+/**
+ * Drops the client's TCP connection so that it reconnects (or, while closing, finishes closing).
+ *
+ * node-zookeeper-client has no read timeout: with traffic blackholed, or the server stopped, it stays
+ * `SYNC_CONNECTED` forever, and `close()` waits forever for the server to confirm. The Java client drops a
+ * connection that has been silent for two thirds of the session timeout; this is the same remedy. The client keeps
+ * its socket in `connectionManager.socket`, which is not public API, so the reach is guarded: with a client built
+ * differently this does nothing and returns false.
+ */
+export function dropConnection(client: object): boolean {
+  const manager: unknown = Reflect.get(client, 'connectionManager');
+  if (typeof manager !== 'object' || manager === null) return false;
+  const socket: unknown = Reflect.get(manager, 'socket');
+  if (typeof socket !== 'object' || socket === null) return false;
+  const destroy: unknown = Reflect.get(socket, 'destroy');
+  if (typeof destroy !== 'function') return false;
+  destroy.call(socket);
+  return true;
+}
+
+/**
+ * The zxid in the header of the reply being handled, read inside a request's callback.
+ *
+ * The 1.1.3 client speaks only the old `create`, whose reply carries the new node's path but not its Stat, while
+ * the reply header carries the zxid of the transaction, which for a create is the node's czxid. The client keeps
+ * the last header zxid in `connectionManager.zxid` and calls the callback right after setting it, so reading it
+ * synchronously there saves the `exists` that would otherwise fetch the fencing token. Not public API: guarded,
+ * undefined when absent, and checked against `exists` once per service (see `ZooKeeperLockService`).
+ */
+export function replyZxid(client: object): bigint | undefined {
+  const manager: unknown = Reflect.get(client, 'connectionManager');
+  if (typeof manager !== 'object' || manager === null) return undefined;
+  const zxid: unknown = Reflect.get(manager, 'zxid');
+  return Buffer.isBuffer(zxid) && zxid.length === 8 ? zxid.readBigUInt64BE(0) : undefined;
+}
+
+export function isClientLike(value: unknown): value is ZooKeeperClientLike {
+  if (typeof value !== 'object' || value === null) return false;
+  return [
+    'connect',
+    'close',
+    'getState',
+    'getSessionId',
+    'getSessionTimeout',
+    'create',
+    'remove',
+    'exists',
+    'getData',
+    'getChildren',
+    'transaction',
+    'on',
+    'removeListener',
+  ].every((m) => typeof Reflect.get(value, m) === 'function');
+}

@@ -1,0 +1,65 @@
+import { InvalidArgumentError } from '@dlock/core';
+import { describe, expect, it } from 'vitest';
+import { requestTimeoutFor, resolveOptions } from './options.js';
+
+const fakeClient = Object.fromEntries(
+  [
+    'connect',
+    'close',
+    'getState',
+    'getSessionId',
+    'getSessionTimeout',
+    'create',
+    'remove',
+    'exists',
+    'getData',
+    'getChildren',
+    'transaction',
+    'on',
+    'removeListener',
+  ].map((m) => [m, () => {}]),
+);
+
+function invalid(options: unknown): InvalidArgumentError {
+  try {
+    resolveOptions(options);
+  } catch (error) {
+    if (error instanceof InvalidArgumentError) return error;
+    throw error;
+  }
+  throw new Error('expected InvalidArgumentError');
+}
+
+describe('options', () => {
+  it('resolves defaults', () => {
+    const o = resolveOptions({ connectionString: '127.0.0.1:2181' });
+    expect(o).toMatchObject({ root: '/dlock', sessionTimeoutMs: 10_000, idleParentMs: 30_000 });
+    expect(o.requestTimeoutMs).toBeUndefined();
+    expect(resolveOptions({ client: fakeClient }).client).toBe(fakeClient);
+  });
+
+  it('rejects what cannot work, naming the field', () => {
+    expect(invalid(undefined).field).toBe('options');
+    expect(invalid({}).field).toBe('options');
+    expect(invalid({ client: fakeClient, connectionString: 'x:1' }).field).toBe('options');
+    expect(invalid({ client: {} }).field).toBe('options.client');
+    expect(invalid({ client: fakeClient, sessionTimeoutMs: 5_000 }).field).toBe('options.sessionTimeoutMs');
+    expect(invalid({ connectionString: '' }).field).toBe('options.connectionString');
+    expect(invalid({ connectionString: 'a b:1' }).field).toBe('options.connectionString');
+    expect(invalid({ connectionString: 'x:1', sessionTimeoutMs: 1.5 }).field).toBe(
+      'options.sessionTimeoutMs',
+    );
+    expect(invalid({ connectionString: 'x:1', root: '/' }).field).toBe('options.root');
+    expect(invalid({ connectionString: 'x:1', root: '/zookeeper' }).field).toBe('options.root');
+    expect(invalid({ connectionString: 'x:1', requestTimeoutMs: 0 }).field).toBe('options.requestTimeoutMs');
+    expect(invalid({ connectionString: 'x:1', idleParentMs: -1 }).field).toBe('options.idleParentMs');
+    expect(invalid({ connectionString: 'x:1', clock: {} }).field).toBe('options.clock');
+  });
+
+  it('bounds each request by a third of the session timeout, within 0.5 to 5 s', () => {
+    expect(requestTimeoutFor(400, undefined)).toBe(500);
+    expect(requestTimeoutFor(4_000, undefined)).toBe(1_333);
+    expect(requestTimeoutFor(60_000, undefined)).toBe(5_000);
+    expect(requestTimeoutFor(60_000, 200)).toBe(200);
+  });
+});

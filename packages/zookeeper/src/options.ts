@@ -1,0 +1,119 @@
+import { type Clock, InvalidArgumentError, MAX_TIMER_MS, systemClock } from '@dlock/core';
+import { isClientLike, type ZooKeeperClientLike } from './client-like.js';
+import { validRoot } from './keys.js';
+
+export interface ZooKeeperLockServiceBaseOptions {
+  /** The node under which every lock lives. Default `/dlock`. */
+  readonly root?: string;
+  /**
+   * Upper bound, in ms, on every single ZooKeeper request (node-zookeeper-client has none). Default: a third of
+   * the session timeout, between 500 and 5000.
+   */
+  readonly requestTimeoutMs?: number;
+  /** A lock's parent node is deleted once no lock of this service has used it for this long, in ms. Default 30000. */
+  readonly idleParentMs?: number;
+  /** Time source; give it the same clock as the `LockClient`. Default `systemClock`. */
+  readonly clock?: Clock;
+}
+
+/** Use a client you created and connected. The service never closes it, and cannot replace its session. */
+export interface ZooKeeperClientOptions extends ZooKeeperLockServiceBaseOptions {
+  readonly client: ZooKeeperClientLike;
+}
+
+/** Let the service create (and re-create, after a session ends) its own client. */
+export interface ZooKeeperConnectionOptions extends ZooKeeperLockServiceBaseOptions {
+  /** `host:port[,host:port…][/chroot]`. */
+  readonly connectionString: string;
+  /** The session timeout to ask for, in ms; the server clamps it to [2, 20] × its tickTime. Default 10000. */
+  readonly sessionTimeoutMs?: number;
+}
+
+export type ZooKeeperLockServiceOptions = ZooKeeperClientOptions | ZooKeeperConnectionOptions;
+
+export interface ResolvedOptions {
+  readonly client: ZooKeeperClientLike | undefined;
+  readonly connectionString: string | undefined;
+  readonly sessionTimeoutMs: number;
+  readonly root: string;
+  readonly requestTimeoutMs: number | undefined;
+  readonly idleParentMs: number;
+  readonly clock: Clock;
+}
+
+export const DEFAULT_SESSION_TIMEOUT_MS = 10_000;
+
+function check(condition: boolean, field: string, problem: string): asserts condition {
+  if (!condition) throw new InvalidArgumentError(field, problem);
+}
+
+function integerIn(value: unknown, field: string, min: number, max: number): number {
+  check(
+    typeof value === 'number' && Number.isInteger(value) && value >= min && value <= max,
+    field,
+    `must be an integer from ${min} to ${max}, got ${String(value)}`,
+  );
+  return value;
+}
+
+function isClock(value: unknown): value is Clock {
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    ['now', 'monotonic', 'sleep', 'random'].every((m) => typeof Reflect.get(value, m) === 'function')
+  );
+}
+
+export function resolveOptions(options: unknown): ResolvedOptions {
+  check(typeof options === 'object' && options !== null, 'options', 'must be an object');
+  const o = options as Record<string, unknown>;
+  const hasClient = o['client'] !== undefined;
+  const hasConnection = o['connectionString'] !== undefined;
+  check(hasClient !== hasConnection, 'options', 'needs exactly one of `client` and `connectionString`');
+  if (hasClient) {
+    check(isClientLike(o['client']), 'options.client', 'must be a node-zookeeper-client Client');
+    check(
+      o['sessionTimeoutMs'] === undefined,
+      'options.sessionTimeoutMs',
+      'applies only with `connectionString` (a client you pass brings its own session timeout)',
+    );
+  } else {
+    const cs = o['connectionString'];
+    check(
+      typeof cs === 'string' && cs.length > 0 && !/\s/.test(cs),
+      'options.connectionString',
+      'must be a non-empty `host:port[,host:port…][/chroot]` string',
+    );
+  }
+  const root = o['root'] ?? '/dlock';
+  check(
+    typeof root === 'string' && validRoot(root),
+    'options.root',
+    'must be an absolute znode path such as "/dlock" (not "/", not under "/zookeeper", no trailing "/")',
+  );
+  const clock = o['clock'] ?? systemClock;
+  check(isClock(clock), 'options.clock', 'must be a Clock (now, monotonic, sleep, random)');
+  return {
+    client: hasClient ? (o['client'] as ZooKeeperClientLike) : undefined,
+    connectionString: hasClient ? undefined : (o['connectionString'] as string),
+    sessionTimeoutMs:
+      o['sessionTimeoutMs'] === undefined
+        ? DEFAULT_SESSION_TIMEOUT_MS
+        : integerIn(o['sessionTimeoutMs'], 'options.sessionTimeoutMs', 100, MAX_TIMER_MS),
+    root,
+    requestTimeoutMs:
+      o['requestTimeoutMs'] === undefined
+        ? undefined
+        : integerIn(o['requestTimeoutMs'], 'options.requestTimeoutMs', 10, MAX_TIMER_MS),
+    idleParentMs:
+      o['idleParentMs'] === undefined
+        ? 30_000
+        : integerIn(o['idleParentMs'], 'options.idleParentMs', 0, MAX_TIMER_MS),
+    clock,
+  };
+}
+
+/** The per-request bound for a session of the given timeout. */
+export function requestTimeoutFor(sessionTimeoutMs: number, configured: number | undefined): number {
+  return configured ?? Math.round(Math.min(5_000, Math.max(500, sessionTimeoutMs / 3)));
+}

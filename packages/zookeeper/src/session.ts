@@ -1,0 +1,273 @@
+import { type Clock, TransportError } from '@dlock/core';
+import {
+  replyZxid,
+  type ZooKeeperClientLike,
+  type ZooKeeperOpResultLike,
+  type ZooKeeperStatLike,
+  type ZooKeeperWatcher,
+} from './client-like.js';
+import { isClientSideCode, ZK_ERROR, ZooKeeperSessionError, zkErrorCode } from './errors.js';
+import type { Deadlines } from './ticker.js';
+
+export interface SessionDeps {
+  readonly clock: Clock;
+  readonly deadlines: Deadlines;
+  readonly requestTimeoutMs: number;
+  /** Starts the housekeeping ticker, which enforces the deadlines. */
+  readonly wake: () => void;
+}
+
+/** One grant this process holds: its node and when the server last confirmed it. */
+export interface LeaseRecord {
+  readonly name: string;
+  /** The node's name under its parent; also the grant's ownership token. */
+  readonly token: string;
+  readonly parent: string;
+  readonly path: string;
+  readonly session: Session;
+  /** Send time of the last request that proved the node alive; the lease is reaped a session timeout later. */
+  confirmedAt: number;
+}
+
+export type CheckOutcome =
+  | { readonly ok: true }
+  | { readonly ok: false; readonly results: readonly ZooKeeperOpResultLike[] };
+
+type Done<T> = (error: unknown, value: T) => void;
+
+export interface Created {
+  readonly path: string;
+  readonly zxid: bigint | undefined;
+}
+
+function describe(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+/**
+ * One ZooKeeper session: a client whose session id is fixed, the promise wrappers around its calls (each with a
+ * deadline, since the client has none), and what liveness tracking needs — the send time of the last request the
+ * server answered. A session that ended never comes back; a new one is a new object.
+ */
+export class Session {
+  readonly client: ZooKeeperClientLike;
+  /** 16 hex digits, as `stat.ephemeralOwner` shows it. */
+  readonly id: string;
+  /** The negotiated session timeout. */
+  readonly timeoutMs: number;
+  /** True when this adapter created the client and so may close it and open another. */
+  readonly owned: boolean;
+  /** Send time of the newest request the server answered: the server's session timer ran no earlier than this. */
+  lastContactAt: number;
+  connected = true;
+  /** When the client last reported a disconnect: a reconnect handshake was sent no earlier. */
+  disconnectedAt = Number.NEGATIVE_INFINITY;
+  heartbeatInFlight = false;
+  droppedAt = Number.NEGATIVE_INFINITY;
+  readonly leases = new Map<string, LeaseRecord>();
+  readonly #deps: SessionDeps;
+  readonly #ended = new AbortController();
+  #endError: ZooKeeperSessionError | undefined;
+  #concerns = 0;
+  #trackingSince: number | undefined;
+
+  constructor(deps: SessionDeps, client: ZooKeeperClientLike, owned: boolean) {
+    this.#deps = deps;
+    this.client = client;
+    this.owned = owned;
+    this.id = client.getSessionId().toString('hex');
+    this.timeoutMs = client.getSessionTimeout();
+    this.lastContactAt = deps.clock.monotonic();
+  }
+
+  get ended(): boolean {
+    return this.#endError !== undefined;
+  }
+
+  get endError(): ZooKeeperSessionError | undefined {
+    return this.#endError;
+  }
+
+  /** Aborts, with the `ZooKeeperSessionError`, when the session ends. */
+  get endSignal(): AbortSignal {
+    return this.#ended.signal;
+  }
+
+  /**
+   * Since when something has been waiting on this server without pause (a grant, a contender in a queue, a request,
+   * a pending cleanup), if something is. Only then is silence from the server alarming, and it counts from no
+   * earlier than this.
+   */
+  get trackingSince(): number | undefined {
+    return this.#trackingSince;
+  }
+
+  /** Marks the session ended; returns the error to report, or undefined if it had already ended. */
+  end(reason: string): ZooKeeperSessionError | undefined {
+    if (this.#endError) return undefined;
+    const error = new ZooKeeperSessionError(this.id, reason);
+    this.#endError = error;
+    this.#ended.abort(error);
+    return error;
+  }
+
+  /** Something now waits on the server (see {@link trackingSince}); pair with {@link disengage}. */
+  engage(): void {
+    if (this.#concerns === 0) this.#trackingSince = this.#deps.clock.monotonic();
+    this.#concerns += 1;
+    this.#deps.wake();
+  }
+
+  disengage(): void {
+    this.#concerns -= 1;
+    if (this.#concerns === 0) this.#trackingSince = undefined;
+  }
+
+  addLease(record: LeaseRecord): void {
+    this.engage();
+    this.leases.set(record.token, record);
+  }
+
+  deleteLease(token: string): void {
+    if (this.leases.delete(token)) this.disengage();
+  }
+
+  noteContact(sentAt: number): void {
+    if (sentAt > this.lastContactAt) this.lastContactAt = sentAt;
+  }
+
+  /**
+   * Sends one request and settles when the server answers or the deadline passes. Answers the server gave (NoNode,
+   * NodeExists…) reject with the client's own error, so callers can branch on its code; failures without an answer
+   * (connection loss, deadline) reject with a `TransportError`. `onLate` receives a success that arrived after the
+   * deadline, e.g. to delete a node nobody waits for.
+   */
+  request<T>(
+    op: string,
+    path: string,
+    send: (done: Done<T>) => void,
+    onLate?: (value: T) => void,
+  ): Promise<T> {
+    if (this.#endError) return Promise.reject(this.#endError);
+    const { clock, deadlines, requestTimeoutMs } = this.#deps;
+    const sentAt = clock.monotonic();
+    this.engage();
+    return new Promise<T>((resolve, reject) => {
+      let settled = false;
+      const deadline = deadlines.add(sentAt + requestTimeoutMs, () => {
+        if (settled) return;
+        settled = true;
+        this.disengage();
+        reject(new TransportError(`ZooKeeper ${op} ${path} got no answer within ${requestTimeoutMs} ms`));
+      });
+      // Runs inside the client's socket handler: it must never throw.
+      const done: Done<T> = (error, value) => {
+        const code = error ? zkErrorCode(error) : undefined;
+        if (!error || !isClientSideCode(code)) this.noteContact(sentAt);
+        if (settled) {
+          if (!error && onLate) {
+            try {
+              onLate(value);
+            } catch {
+              // best effort by design
+            }
+          }
+          return;
+        }
+        settled = true;
+        deadlines.delete(deadline);
+        this.disengage();
+        if (!error) resolve(value);
+        else if (isClientSideCode(code)) {
+          reject(
+            this.#endError ??
+              new TransportError(`ZooKeeper ${op} ${path} failed: ${describe(error)}`, { cause: error }),
+          );
+        } else reject(error);
+      };
+      try {
+        send(done);
+      } catch (error) {
+        done(error ?? new Error('send failed'), undefined as T);
+      }
+    });
+  }
+
+  /** Resolves the created path and, when the client lets it be read, the create's zxid (the node's czxid). */
+  create(path: string, data: Buffer, mode: number, onLate?: (created: Created) => void): Promise<Created> {
+    return this.request<Created>(
+      'create',
+      path,
+      (done) =>
+        this.client.create(path, data, mode, (error, created) => {
+          // Synchronously, before the client handles another reply.
+          done(
+            error,
+            error ? { path: '', zxid: undefined } : { path: created, zxid: replyZxid(this.client) },
+          );
+        }),
+      onLate,
+    );
+  }
+
+  remove(path: string): Promise<void> {
+    return this.request<void>('delete', path, (done) =>
+      this.client.remove(path, -1, (error) => done(error, undefined)),
+    );
+  }
+
+  exists(path: string, watcher?: ZooKeeperWatcher): Promise<ZooKeeperStatLike | null> {
+    return this.request<ZooKeeperStatLike | null>('exists', path, (done) => {
+      if (watcher) this.client.exists(path, watcher, done);
+      else this.client.exists(path, done);
+    });
+  }
+
+  getChildren(path: string, watcher?: ZooKeeperWatcher): Promise<string[]> {
+    return this.request<string[]>('getChildren', path, (done) => {
+      if (watcher) this.client.getChildren(path, watcher, done);
+      else this.client.getChildren(path, done);
+    });
+  }
+
+  /** Reads a node and leaves a watch on it; resolves null if it does not exist (then no watch is left). */
+  async watchNode(path: string, watcher: ZooKeeperWatcher): Promise<ZooKeeperStatLike | null> {
+    try {
+      return await this.request<ZooKeeperStatLike | undefined>('getData', path, (done) =>
+        this.client.getData(path, watcher, (error, _data, stat) => done(error, stat)),
+      ).then((stat) => stat ?? null);
+    } catch (error) {
+      if (zkErrorCode(error) === ZK_ERROR.NO_NODE) return null;
+      throw error;
+    }
+  }
+
+  /** One `multi` of version-less checks: every node exists, or the per-node results say which did not. */
+  checkAll(paths: readonly string[]): Promise<CheckOutcome> {
+    return this.request<CheckOutcome>('multi check', `(${paths.length} nodes)`, (done) => {
+      const transaction = this.client.transaction();
+      for (const path of paths) transaction.check(path, -1);
+      transaction.commit((error, results) => {
+        if (!error) done(null, { ok: true });
+        // A failed multi still carries the server's per-op results: that is an answer, not a transport failure.
+        else if (Array.isArray(results)) done(null, { ok: false, results });
+        else done(error, { ok: true });
+      });
+    });
+  }
+}
+
+/** The session id that owns an ephemeral node, in the form `Session.id` uses. */
+export function ownerOf(stat: ZooKeeperStatLike): string {
+  return stat.ephemeralOwner.toString('hex');
+}
+
+/** The node's creation zxid: the fencing token. */
+export function czxidOf(stat: ZooKeeperStatLike): bigint {
+  return stat.czxid.readBigUInt64BE(0);
+}
+
+/** True when a `TransportError` came from a dropped connection (the request's fate is unknown but settled). */
+export function isConnectionLoss(error: unknown): boolean {
+  return error instanceof TransportError && zkErrorCode(error.cause) === ZK_ERROR.CONNECTION_LOSS;
+}

@@ -1,0 +1,340 @@
+import { createRequire } from 'node:module';
+import { type Clock, InvalidArgumentError, TransportError } from '@dlock/core';
+import {
+  dropConnection,
+  STATE,
+  type ZooKeeperClientLike,
+  type ZooKeeperModuleLike,
+  type ZooKeeperStateLike,
+} from './client-like.js';
+import { ZooKeeperServiceClosedError, ZooKeeperSessionError } from './errors.js';
+import { requestTimeoutFor } from './options.js';
+import { Session } from './session.js';
+import type { Deadlines } from './ticker.js';
+
+/** How long `close()` on a client may wait for the server before its connection is dropped. */
+const CLOSE_GRACE_MS = 1_000;
+const noop = (): void => {};
+
+let clientModule: ZooKeeperModuleLike | undefined;
+
+function loadClientModule(): ZooKeeperModuleLike {
+  if (!clientModule) {
+    let loaded: unknown;
+    try {
+      loaded = createRequire(import.meta.url)('node-zookeeper-client');
+    } catch {
+      loaded = undefined;
+    }
+    if (
+      typeof loaded !== 'object' ||
+      loaded === null ||
+      typeof Reflect.get(loaded, 'createClient') !== 'function'
+    ) {
+      throw new InvalidArgumentError(
+        'options.connectionString',
+        'needs the peer dependency node-zookeeper-client installed (or pass `client`)',
+      );
+    }
+    clientModule = loaded as ZooKeeperModuleLike;
+  }
+  return clientModule;
+}
+
+function isConnected(state: ZooKeeperStateLike): boolean {
+  return state.code === STATE.SYNC_CONNECTED || state.code === STATE.CONNECTED_READ_ONLY;
+}
+
+function isFinal(state: ZooKeeperStateLike): boolean {
+  return state.code === STATE.EXPIRED || state.code === STATE.AUTH_FAILED;
+}
+
+/** Rejects with the signal's reason when it aborts first. */
+function abortable<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(signal.reason);
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = (): void => reject(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+    promise.then(
+      (value) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(value);
+      },
+      (error: unknown) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(error);
+      },
+    );
+  });
+}
+
+export interface SessionsOptions {
+  readonly clock: Clock;
+  readonly deadlines: Deadlines;
+  /** Starts the housekeeping ticker. */
+  readonly wake: () => void;
+  /** Aborts when the service closes. */
+  readonly closing: AbortSignal;
+  readonly client: ZooKeeperClientLike | undefined;
+  readonly connectionString: string | undefined;
+  readonly sessionTimeoutMs: number;
+  readonly requestTimeoutMs: number | undefined;
+  /** A path the heartbeat reads (that it exists does not matter). */
+  readonly heartbeatPath: string;
+  /** A session opened: watches must be set again on it. */
+  readonly opened: (session: Session) => void;
+  /** A session ended: every grant of it is lost. Called once per session. */
+  readonly ended: (session: Session) => void;
+}
+
+/**
+ * Which session is in use, opening a new one when it is needed, and deciding when one has ended: ZooKeeper says
+ * so, the client came back under another session id, or the server has not answered for a whole session timeout
+ * while something was at stake. A session that ended is never used again. A client this adapter made is closed
+ * with it, and the next session gets a new client; a client passed in cannot be replaced.
+ */
+export class Sessions {
+  readonly #o: SessionsOptions;
+  readonly #listeners = new Map<ZooKeeperClientLike, (state: ZooKeeperStateLike) => void>();
+  /** Sessions of a caller's client that ended: never used again, even if the client comes back with one. */
+  readonly #retired = new Set<string>();
+  #owned: ZooKeeperClientLike | undefined;
+  #ownedConnectCalled = false;
+  #current: Session | undefined;
+  #opening: Promise<Session> | undefined;
+
+  constructor(options: SessionsOptions) {
+    this.#o = options;
+    if (options.client) {
+      this.#attach(options.client);
+    } else {
+      try {
+        this.#newClient();
+      } catch (error) {
+        if (error instanceof InvalidArgumentError) throw error;
+        throw new InvalidArgumentError(
+          'options.connectionString',
+          `was refused by the client: ${String(error)}`,
+        );
+      }
+    }
+  }
+
+  /** The live session, if one is open. */
+  get current(): Session | undefined {
+    const session = this.#current;
+    return session && !session.ended ? session : undefined;
+  }
+
+  /** The live session, opening one if needed; rejects with `signal`'s reason if it aborts first. */
+  live(signal?: AbortSignal): Promise<Session> {
+    const current = this.current;
+    if (current) return Promise.resolve(current);
+    if (this.#o.closing.aborted) return Promise.reject(new ZooKeeperServiceClosedError());
+    if (!this.#opening) {
+      const opening = this.#open().finally(() => {
+        if (this.#opening === opening) this.#opening = undefined;
+      });
+      opening.catch(noop);
+      this.#opening = opening;
+    }
+    return signal ? abortable(this.#opening, signal) : this.#opening;
+  }
+
+  /** Ends a session for good (idempotent). */
+  end(session: Session, reason: string): void {
+    if (!session.end(reason)) return;
+    if (this.#current === session) this.#current = undefined;
+    if (session.owned) this.#retire(session.client);
+    else this.#retired.add(session.id);
+    this.#o.ended(session);
+  }
+
+  /**
+   * On each housekeeping tick, while the session has something at stake: keep a request in flight every third of
+   * the session timeout; drop a connection silent for two thirds of it (the read timeout the client lacks), so the
+   * client reconnects or fails over; and give the session up after a whole timeout of silence, since the server
+   * has expired it by then (or will, before a partition heals) and node-zookeeper-client may never say so.
+   */
+  check(now: number, tickMs: number): void {
+    const session = this.current;
+    const since = session?.trackingSince;
+    if (!session || since === undefined) return;
+    const silentMs = now - Math.max(session.lastContactAt, since);
+    // One tick early, so that the tick's own lateness never makes this later than the server's expiry.
+    if (silentMs >= session.timeoutMs - tickMs) {
+      this.end(
+        session,
+        `no answer from ZooKeeper for ${Math.round(silentMs)} ms (session timeout ${session.timeoutMs} ms)`,
+      );
+      return;
+    }
+    if (now - session.lastContactAt >= session.timeoutMs / 3 && !session.heartbeatInFlight) {
+      session.heartbeatInFlight = true;
+      session
+        .exists(this.#o.heartbeatPath)
+        .catch(noop)
+        .finally(() => {
+          session.heartbeatInFlight = false;
+        });
+    }
+    if (
+      session.connected &&
+      silentMs >= (2 * session.timeoutMs) / 3 &&
+      now - session.droppedAt >= session.timeoutMs / 3
+    ) {
+      session.droppedAt = now;
+      dropConnection(session.client);
+    }
+  }
+
+  /** After the service closed: closes the client it made, lets go of a client passed in. */
+  close(): void {
+    if (this.#owned) this.#retire(this.#owned);
+    if (this.#o.client) this.#detach(this.#o.client);
+  }
+
+  async #open(): Promise<Session> {
+    const client = this.#o.client ?? this.#owned ?? this.#newClient();
+    if (client === this.#owned && !this.#ownedConnectCalled) {
+      this.#ownedConnectCalled = true;
+      client.connect();
+    }
+    await this.#whenConnected(client);
+    if (this.#o.closing.aborted) throw new ZooKeeperServiceClosedError();
+    const id = client.getSessionId().toString('hex');
+    if (this.#retired.has(id)) {
+      throw new ZooKeeperSessionError(
+        id,
+        'it ended before, and a client passed in cannot open another session: create a new client and service',
+      );
+    }
+    const session = new Session(
+      {
+        clock: this.#o.clock,
+        deadlines: this.#o.deadlines,
+        requestTimeoutMs: requestTimeoutFor(client.getSessionTimeout(), this.#o.requestTimeoutMs),
+        wake: this.#o.wake,
+      },
+      client,
+      client !== this.#o.client,
+    );
+    this.#current = session;
+    this.#o.opened(session);
+    return session;
+  }
+
+  #newClient(): ZooKeeperClientLike {
+    const sessionTimeout = this.#o.sessionTimeoutMs;
+    const client = loadClientModule().createClient(this.#o.connectionString as string, {
+      sessionTimeout,
+      // The client waits up to this long, at random, before it retries a server list it went through.
+      spinDelay: Math.round(Math.min(1_000, Math.max(50, sessionTimeout / 10))),
+      // Retries are the adapter's: a create must not be blindly resent (protected mode finds it instead).
+      retries: 0,
+    });
+    this.#attach(client);
+    this.#owned = client;
+    this.#ownedConnectCalled = false;
+    return client;
+  }
+
+  async #whenConnected(client: ZooKeeperClientLike): Promise<void> {
+    const state = client.getState();
+    if (isConnected(state)) return;
+    if (isFinal(state)) {
+      throw new TransportError(`the ZooKeeper client is ${state.name}: pass a new, connected client`);
+    }
+    const timeoutMs = Math.max(requestTimeoutFor(this.#o.sessionTimeoutMs, this.#o.requestTimeoutMs), 2_000);
+    const closing = this.#o.closing;
+    await new Promise<void>((resolve, reject) => {
+      const timer = new AbortController();
+      const finish = (): void => {
+        timer.abort();
+        client.removeListener('state', listener);
+        closing.removeEventListener('abort', onClose);
+      };
+      const listener = (next: ZooKeeperStateLike): void => {
+        if (isConnected(next)) {
+          finish();
+          resolve();
+        } else if (isFinal(next)) {
+          finish();
+          reject(new TransportError(`the ZooKeeper client is ${next.name}`));
+        }
+      };
+      const onClose = (): void => {
+        finish();
+        reject(new ZooKeeperServiceClosedError());
+      };
+      client.on('state', listener);
+      closing.addEventListener('abort', onClose, { once: true });
+      this.#o.clock.sleep(timeoutMs, timer.signal, { unref: true }).then(() => {
+        finish();
+        reject(new TransportError(`could not connect to ZooKeeper within ${timeoutMs} ms`));
+      }, noop);
+    });
+  }
+
+  #attach(client: ZooKeeperClientLike): void {
+    const listener = (state: ZooKeeperStateLike): void => {
+      try {
+        this.#stateChanged(client, state);
+      } catch (error) {
+        // This runs inside the client's socket handler, which must not see an exception.
+        process.emitWarning(`@dlock/zookeeper: state handling failed: ${String(error)}`, 'DLockWarning');
+      }
+    };
+    client.on('state', listener);
+    this.#listeners.set(client, listener);
+  }
+
+  #detach(client: ZooKeeperClientLike): void {
+    const listener = this.#listeners.get(client);
+    if (!listener) return;
+    this.#listeners.delete(client);
+    client.removeListener('state', listener);
+  }
+
+  #stateChanged(client: ZooKeeperClientLike, state: ZooKeeperStateLike): void {
+    const session = this.current;
+    if (!session || session.client !== client) return;
+    switch (state.code) {
+      case STATE.SYNC_CONNECTED:
+      case STATE.CONNECTED_READ_ONLY:
+        // A client that silently got a new session (or a server that handed one out) has lost every old node.
+        if (client.getSessionId().toString('hex') !== session.id) {
+          this.end(session, 'the client reconnected under another session id');
+        } else {
+          // The server accepted the session on a handshake sent after the disconnect.
+          session.noteContact(session.disconnectedAt);
+          session.connected = true;
+        }
+        break;
+      case STATE.DISCONNECTED:
+        session.connected = false;
+        session.disconnectedAt = this.#o.clock.monotonic();
+        break;
+      case STATE.EXPIRED:
+        this.end(session, 'ZooKeeper expired it');
+        break;
+      case STATE.AUTH_FAILED:
+        this.end(session, 'authentication failed');
+        break;
+      default:
+        break;
+    }
+  }
+
+  #retire(client: ZooKeeperClientLike): void {
+    if (this.#owned === client) this.#owned = undefined;
+    this.#detach(client);
+    try {
+      client.close();
+    } catch {
+      // already closed
+    }
+    // close() waits for the server to confirm, which a stopped server or a dead network never does.
+    void this.#o.clock.sleep(CLOSE_GRACE_MS, undefined, { unref: true }).then(() => dropConnection(client));
+  }
+}

@@ -1,0 +1,136 @@
+import { createRequire } from 'node:module';
+import type { ZooKeeperClientLike, ZooKeeperStatLike, ZooKeeperWatcher } from '../src/index.js';
+
+interface ZooKeeperModule {
+  createClient(connect: string, options: { sessionTimeout: number; spinDelay?: number }): ZooKeeperClientLike;
+}
+
+export const zookeeper = createRequire(import.meta.url)('node-zookeeper-client') as ZooKeeperModule;
+
+/** A connected node-zookeeper-client; the test closes it. */
+export async function connectedClient(
+  connect: string,
+  sessionTimeout = 10_000,
+): Promise<ZooKeeperClientLike> {
+  const client = zookeeper.createClient(connect, { sessionTimeout, spinDelay: 100 });
+  await new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`no ZooKeeper at ${connect}`)), 10_000);
+    client.on('state', (state) => {
+      if (state.code === 3) {
+        clearTimeout(timer);
+        resolve();
+      }
+    });
+    client.connect();
+  });
+  return client;
+}
+
+function call<T>(fn: (cb: (error: Error | null | undefined, value: T) => void) => void): Promise<T> {
+  return new Promise((resolve, reject) => fn((error, value) => (error ? reject(error) : resolve(value))));
+}
+
+/** The children of a node, [] if it does not exist. */
+export async function childrenOf(client: ZooKeeperClientLike, path: string): Promise<string[]> {
+  try {
+    return await call<string[]>((cb) => client.getChildren(path, cb));
+  } catch (error) {
+    if ((error as { code?: number }).code === -101) return [];
+    throw error;
+  }
+}
+
+export function statOf(client: ZooKeeperClientLike, path: string): Promise<ZooKeeperStatLike | null> {
+  return call<ZooKeeperStatLike | null>((cb) => client.exists(path, cb));
+}
+
+export const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+
+export async function waitFor(
+  predicate: () => boolean | Promise<boolean>,
+  maxMs: number,
+  stepMs = 20,
+): Promise<boolean> {
+  const end = Date.now() + maxMs;
+  for (;;) {
+    if (await predicate()) return true;
+    if (Date.now() > end) return false;
+    await sleep(stepMs);
+  }
+}
+
+/** What a {@link CountingClient} saw. */
+export interface Counts {
+  /** Watch notifications delivered (each wakes one waiter). */
+  notifications: number;
+  getChildren: number;
+  requests: number;
+}
+
+/**
+ * Delegates to a real client and counts what the adapter asks of it. The `connectionManager` is passed through so
+ * the adapter's guarded reads of it behave as with the bare client.
+ */
+export function countingClient(
+  inner: ZooKeeperClientLike,
+): ZooKeeperClientLike & { readonly counts: Counts } {
+  const counts: Counts = { notifications: 0, getChildren: 0, requests: 0 };
+  const wrap = (watcher: ZooKeeperWatcher): ZooKeeperWatcher => {
+    const known = wrapped.get(watcher);
+    if (known) return known;
+    const counted: ZooKeeperWatcher = (event) => {
+      counts.notifications += 1;
+      watcher(event);
+    };
+    wrapped.set(watcher, counted);
+    return counted;
+  };
+  const wrapped = new WeakMap<ZooKeeperWatcher, ZooKeeperWatcher>();
+  const client = {
+    counts,
+    get connectionManager(): unknown {
+      return Reflect.get(inner, 'connectionManager');
+    },
+    connect: () => inner.connect(),
+    close: () => inner.close(),
+    getState: () => inner.getState(),
+    getSessionId: () => inner.getSessionId(),
+    getSessionTimeout: () => inner.getSessionTimeout(),
+    create: (...args: Parameters<ZooKeeperClientLike['create']>) => {
+      counts.requests += 1;
+      inner.create(...args);
+    },
+    remove: (...args: Parameters<ZooKeeperClientLike['remove']>) => {
+      counts.requests += 1;
+      inner.remove(...args);
+    },
+    exists: (path: string, a: unknown, b?: unknown) => {
+      counts.requests += 1;
+      if (b === undefined) inner.exists(path, a as Parameters<ZooKeeperClientLike['getChildren']>[1]);
+      else inner.exists(path, wrap(a as ZooKeeperWatcher), b as Parameters<ZooKeeperClientLike['exists']>[1]);
+    },
+    getData: (...args: Parameters<ZooKeeperClientLike['getData']>) => {
+      counts.requests += 1;
+      inner.getData(args[0], wrap(args[1]), args[2]);
+    },
+    getChildren: (path: string, a: unknown, b?: unknown) => {
+      counts.requests += 1;
+      counts.getChildren += 1;
+      if (b === undefined) inner.getChildren(path, a as Parameters<ZooKeeperClientLike['getChildren']>[1]);
+      else
+        inner.getChildren(
+          path,
+          wrap(a as ZooKeeperWatcher),
+          b as Parameters<ZooKeeperClientLike['getChildren']>[1],
+        );
+    },
+    transaction: () => {
+      counts.requests += 1;
+      return inner.transaction();
+    },
+    on: (event: 'state', listener: Parameters<ZooKeeperClientLike['on']>[1]) => inner.on(event, listener),
+    removeListener: (event: 'state', listener: Parameters<ZooKeeperClientLike['on']>[1]) =>
+      inner.removeListener(event, listener),
+  };
+  return client as unknown as ZooKeeperClientLike & { readonly counts: Counts };
+}
