@@ -8,7 +8,7 @@
  * than the previous grant's: the token is the create revision of the contender's key, i.e. its place in the
  * queue), and adds both to the report's notes.
  */
-import { packageVersion } from '../lib/index.mjs';
+import { lockClientSubject, packageVersion } from '../lib/index.mjs';
 import { connectEtcd } from './client.mjs';
 
 const PREFIX = 'dlock-bench-dlock/';
@@ -18,8 +18,6 @@ const scenarioOf = (name) => /^dlock-bench:(b\d+)-/.exec(name)?.[1];
 
 export function dlockSubject({ label, session, notes }) {
   let etcd;
-  let service;
-  let lockClient;
   const wakeups = new Map();
   const acquisitions = new Map();
   const lastToken = new Map();
@@ -43,45 +41,33 @@ export function dlockSubject({ label, session, notes }) {
     watchClient: client.watchClient,
   });
 
-  return {
+  const subject = lockClientSubject({
+    adapter: '@dlock/etcd',
     name: `@dlock/etcd (${label})`,
-    version: packageVersion('@dlock/etcd'),
     config: `etcd3 ${packageVersion('etcd3')}, @dlock/core ${packageVersion('@dlock/core')}; LockClient defaults; EtcdLockService ${session === false ? 'session: false (a lease per lock)' : `session: ${JSON.stringify(session)}`}`,
     countRequests: () => etcd.countRequests(),
-    async setup() {
-      const [{ LockClient }, { EtcdLockService }] = await Promise.all([
-        import('@dlock/core'),
-        import('@dlock/etcd'),
-      ]);
+    async connect({ EtcdLockService }) {
       etcd = connectEtcd();
-      service = new EtcdLockService({ client: counting(etcd.client), prefix: PREFIX, session });
-      lockClient = new LockClient(service);
+      return new EtcdLockService({ client: counting(etcd.client), prefix: PREFIX, session });
     },
-    async acquire(name, { ttlMs, waitMs, signal }) {
-      try {
-        const handle = await lockClient.tryAcquire(
-          name,
-          signal ? { ttlMs, waitMs, signal } : { ttlMs, waitMs },
-        );
-        const scenario = scenarioOf(name);
-        if (handle && scenario) {
-          bump(acquisitions, scenario);
-          if (handle.fencingToken < (lastToken.get(scenario) ?? 0n)) bump(outOfOrder, scenario);
-          lastToken.set(scenario, handle.fencingToken);
-        }
-        return handle;
-      } catch (error) {
-        if (signal?.aborted) return null;
-        throw error;
+    disconnect: () => etcd?.client.close(),
+  });
+
+  return {
+    ...subject,
+    /** The library's acquire, with scenario B's grants counted and checked against queue order. */
+    async acquire(name, options) {
+      const handle = await subject.acquire(name, options);
+      const scenario = scenarioOf(name);
+      if (handle && scenario) {
+        bump(acquisitions, scenario);
+        if (handle.fencingToken < (lastToken.get(scenario) ?? 0n)) bump(outOfOrder, scenario);
+        lastToken.set(scenario, handle.fencingToken);
       }
-    },
-    hold(name, { ttlMs, onLost }) {
-      return lockClient.acquire(name, { ttlMs, onLost: () => onLost() });
+      return handle;
     },
     async close() {
-      await lockClient?.close();
-      await service?.close();
-      etcd?.client.close();
+      await subject.close();
       const parts = [...acquisitions].map(([scenario, count]) => {
         const woke = wakeups.get(scenario) ?? 0;
         const late = outOfOrder.get(scenario) ?? 0;

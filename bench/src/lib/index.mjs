@@ -3,6 +3,7 @@
  * See subject.mjs for the Subject interface and scenarios.mjs for what each scenario measures and returns.
  */
 export { describeMachine, ENDPOINTS, machineInfo, packageVersion } from './env.mjs';
+export { lockClientSubject } from './lock-client-subject.mjs';
 export {
   contendedTable,
   fmt,

@@ -3,39 +3,30 @@
  * passes in (so its requests and watch notifications can be counted). Library defaults otherwise: the grant's TTL
  * is the negotiated session timeout (10 s asked), renewals are one `multi` of checks per 100 locks.
  */
-import { packageVersion } from '../lib/index.mjs';
+import { lockClientSubject, packageVersion } from '../lib/index.mjs';
 import { connectZooKeeper, counted } from './client.mjs';
 
 export function dlockSubject({ tally }) {
   let client;
-  let service;
-  let lockClient;
-
-  return {
+  const subject = lockClientSubject({
+    adapter: '@dlock/zookeeper',
     name: '@dlock/zookeeper',
-    version: packageVersion('@dlock/zookeeper'),
     config: `node-zookeeper-client ${packageVersion('node-zookeeper-client')}, @dlock/core ${packageVersion('@dlock/core')}; LockClient defaults, session timeout 10 s`,
     countRequests: async () => client.stats.requests,
     notifications: () => client?.stats.notifications ?? new Map(),
-    async setup() {
-      // Imported here so that the raw recipe still runs while the adapter is not built.
-      const [{ LockClient }, { ZooKeeperLockService }] = await Promise.all([
-        import('@dlock/core'),
-        import('@dlock/zookeeper'),
-      ]);
+    async connect({ ZooKeeperLockService }) {
       client = counted(await connectZooKeeper(10_000));
-      service = new ZooKeeperLockService({ client, root: '/dlock-bench/dlock' });
-      lockClient = new LockClient(service);
+      return new ZooKeeperLockService({ client, root: '/dlock-bench/dlock' });
     },
-    async acquire(name, { ttlMs, waitMs, signal }) {
+    disconnect: () => client?.close(),
+  });
+
+  return {
+    ...subject,
+    /** The library's acquire, with each grant and release told to the tally (queue order and wake-ups). */
+    async acquire(name, options) {
       tally.started(name);
-      let handle;
-      try {
-        handle = await lockClient.tryAcquire(name, signal ? { ttlMs, waitMs, signal } : { ttlMs, waitMs });
-      } catch (error) {
-        if (signal?.aborted) return null;
-        throw error;
-      }
+      const handle = await subject.acquire(name, options);
       if (!handle) return null;
       tally.granted(name, handle.fencingToken);
       return {
@@ -44,14 +35,6 @@ export function dlockSubject({ tally }) {
           return handle.release();
         },
       };
-    },
-    hold(name, { ttlMs, onLost }) {
-      return lockClient.acquire(name, { ttlMs, onLost: () => onLost() });
-    },
-    async close() {
-      await lockClient?.close();
-      await service?.close();
-      client?.close();
     },
   };
 }

@@ -61,6 +61,8 @@ export class LockClient {
   readonly #watches = new Set<() => void>();
   readonly #pending = new Set<Promise<unknown>>();
   readonly #closing = new AbortController();
+  /** Cancels of the acquire calls in flight: `close()` settles them at once (see `boundedCall`). */
+  readonly #acquireCalls = new Set<(reason: unknown) => void>();
   readonly #host: HandleHost;
   readonly #deadlines: CallDeadlines;
   #closed: Promise<void> | undefined;
@@ -188,7 +190,9 @@ export class LockClient {
   }
 
   async #close(): Promise<void> {
-    this.#closing.abort(new ClientClosedError());
+    const closed = new ClientClosedError();
+    this.#closing.abort(closed);
+    for (const cancel of [...this.#acquireCalls]) cancel(closed);
     this.#scheduler.stop();
     this.#unwatchLeases?.();
     for (const unsubscribe of [...this.#watches]) unsubscribe();
@@ -242,20 +246,25 @@ export class LockClient {
         let result: AcquireResult | undefined;
         try {
           result = await boundedCall(
-            (callSignal) =>
+            (abandoned) =>
               this.#service.acquire({
                 name,
                 ownerId: this.ownerId,
                 ttlMs: opts.ttlMs,
                 waitMs: remaining,
-                signal: callSignal as AbortSignal,
+                // Made on first read: a service that answers at once never pays for an AbortController.
+                get signal() {
+                  return abandoned();
+                },
               }),
             {
               deadlines: this.#deadlines,
               clock,
-              passSignal: true,
               timeoutMs: remaining + operationTimeoutMs,
-              signal,
+              // The caller's own signal, if any (linked with close); close itself reaches the call through
+              // `cancels`, which saves a listener on the shared close signal per call.
+              signal: opts.signal === undefined ? undefined : signal,
+              cancels: this.#acquireCalls,
               what: `acquire "${name}"`,
               onLate: (late) => {
                 if (late.acquired) this.#abandon(name, late.grant);

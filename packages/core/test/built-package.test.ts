@@ -1,29 +1,9 @@
-import { execFile } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
+import { runBuiltPackage } from '@dlock/test-utils';
 import { describe, expect, it } from 'vitest';
 
 // These run the BUILT package in a child process (Node resolves '@dlock/core' to this package's own exports map),
 // so they check the published entry point, its types-free runtime, and real timer behaviour.
-const cwd = fileURLToPath(new URL('..', import.meta.url));
-
-function run(script: string): Promise<{ code: number | null; stdout: string; stderr: string; ms: number }> {
-  const started = Date.now();
-  return new Promise((resolve) => {
-    execFile(
-      process.execPath,
-      ['--input-type=module', '-e', script],
-      { cwd, timeout: 10_000 },
-      (error, stdout, stderr) => {
-        resolve({
-          code: error ? (typeof error.code === 'number' ? error.code : null) : 0,
-          stdout,
-          stderr,
-          ms: Date.now() - started,
-        });
-      },
-    );
-  });
-}
+const run = (script: string) => runBuiltPackage(new URL('..', import.meta.url), script);
 
 describe('the built package in a real process', () => {
   it('an idle client holding a renewed lock does not keep the process alive', async () => {

@@ -2,6 +2,7 @@ import {
   type AcquireRequest,
   type AcquireResult,
   AcquireTimeoutError,
+  ClientClosedError,
   LockClient,
   type LockService,
   MemoryLockService,
@@ -214,6 +215,33 @@ describe('waiting for a busy lock', () => {
     await clock.advance(0);
     expect((pending.error as Error).message).toBe('stop');
     expect((abortedWith as Error).message).toBe('stop');
+  });
+
+  it('close ends a server-side wait at once and tells the service, even one that reads the signal late', async () => {
+    const clock = new FakeClock();
+    const requests: AcquireRequest[] = [];
+    const queueing: LockService = {
+      // Never answers, and never looks at request.signal while the call is in flight.
+      acquire: (request) => {
+        requests.push(request);
+        return new Promise<AcquireResult>(() => {});
+      },
+      renew: async () => ({ renewed: true }),
+      release: async () => true,
+      watch: () => () => {},
+    };
+    const client = new LockClient(queueing, { clock, operationTimeoutMs: 1_000 });
+    const pending = outcome(client.acquire('q', { ttlMs: TTL, waitMs: 60_000 }));
+    await clock.advance(0);
+    expect(requests).toHaveLength(1);
+    const closing = client.close();
+    await clock.advance(0);
+    expect(pending.error).toBeInstanceOf(ClientClosedError);
+    // First read after the call was abandoned: already aborted, with the close as the reason.
+    const signal = requests[0]?.signal;
+    expect(signal?.aborted).toBe(true);
+    expect(signal?.reason).toBe(pending.error);
+    await closing;
   });
 
   it('anchors a queued grant at the winning request (queuedMs), not at the call start', async () => {

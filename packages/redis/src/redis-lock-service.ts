@@ -15,6 +15,7 @@ import type { RedisClientLike, RedisSubscriberLike } from './client-like.js';
 import { Deadlines } from './deadlines.js';
 import { DEFAULT_KEY_PREFIX, type LockKeys, lockKeys, validateKeyPrefix } from './keys.js';
 import { Notifier } from './notifier.js';
+import { checkClient, checkFenceRetentionMs, checkTimeoutMs } from './option-checks.js';
 import { type LockScripts, type LuaScript, lockScripts } from './scripts.js';
 import { newOwnershipToken } from './tokens.js';
 import { Waiter } from './waiter.js';
@@ -132,19 +133,10 @@ function validateOptions(options: unknown): asserts options is RedisLockServiceO
     throw new InvalidArgumentError('options', 'must be an object with a connected node-redis `client`');
   }
   const o = options as Record<string, unknown>;
-  const client = o['client'] as Record<string, unknown> | undefined;
-  if (typeof client !== 'object' || client === null || typeof client['sendCommand'] !== 'function') {
-    throw new InvalidArgumentError('options.client', 'must be a node-redis client (with sendCommand)');
-  }
-  const subscriber = o['subscriber'] as Record<string, unknown> | undefined;
+  const client = checkClient(o['client'], 'options.client', ['sendCommand']);
+  const subscriber = o['subscriber'];
   if (subscriber !== undefined) {
-    if (
-      typeof subscriber !== 'object' ||
-      subscriber === null ||
-      typeof subscriber['subscribe'] !== 'function'
-    ) {
-      throw new InvalidArgumentError('options.subscriber', 'must be a node-redis client');
-    }
+    checkClient(subscriber, 'options.subscriber', ['subscribe']);
     if (subscriber === client) {
       throw new InvalidArgumentError(
         'options.subscriber',
@@ -155,17 +147,9 @@ function validateOptions(options: unknown): asserts options is RedisLockServiceO
     throw new InvalidArgumentError('options.client', 'must have duplicate() when no subscriber is given');
   }
   if (o['keyPrefix'] !== undefined) validateKeyPrefix(o['keyPrefix']);
-  const timeout = o['commandTimeoutMs'];
-  if (timeout !== undefined && !(typeof timeout === 'number' && timeout >= 1 && timeout <= MAX_TIMER_MS)) {
-    throw new InvalidArgumentError('options.commandTimeoutMs', `must be a number from 1 to ${MAX_TIMER_MS}`);
-  }
-  const retention = o['fenceRetentionMs'];
-  if (
-    retention !== undefined &&
-    !(typeof retention === 'number' && Number.isSafeInteger(retention) && retention >= 1_000)
-  ) {
-    throw new InvalidArgumentError('options.fenceRetentionMs', 'must be an integer of at least 1000');
-  }
+  if (o['commandTimeoutMs'] !== undefined)
+    checkTimeoutMs(o['commandTimeoutMs'], 'options.commandTimeoutMs', false);
+  if (o['fenceRetentionMs'] !== undefined) checkFenceRetentionMs(o['fenceRetentionMs']);
 }
 
 /**

@@ -32,7 +32,9 @@ end
 
 local function mint()
   local t = clock()
-  local now = t[1] .. string.format('%06d', tonumber(t[2]))
+  -- Seconds and zero-padded microseconds joined as strings: string.format costs ~1 µs on this hot path.
+  local us = t[2]
+  local now = t[1] .. string.sub('000000', #us + 1) .. us
   local last = redis.call('SET', KEYS[2], now, 'PX', RETENTION_MS, 'GET')
   if last and tonumber(last) >= tonumber(now) then
     -- Counter not below the clock (a second grant in this script or microsecond, or the clock stepped back):
@@ -181,13 +183,16 @@ export class LuaScript {
   }
 
   async run(send: SendCommand, keys: readonly string[], args: readonly string[]): Promise<unknown> {
-    const tail = [String(keys.length), ...keys, ...args];
+    // One array per call, reused for the rare EVAL fallback (the hot path is a single EVALSHA).
+    const command = ['EVALSHA', this.sha, String(keys.length), ...keys, ...args];
     try {
-      return await send(['EVALSHA', this.sha, ...tail]);
+      return await send(command);
     } catch (error) {
       // NOSCRIPT means the script did not run: sending it in full cannot apply it twice.
       if (!isNoScript(error)) throw error;
-      return send(['EVAL', this.source, ...tail]);
+      command[0] = 'EVAL';
+      command[1] = this.source;
+      return send(command);
     }
   }
 }

@@ -112,6 +112,21 @@ function lockName(label: string): string {
   return `redlock-test:${process.pid}:${counter}:${label}`;
 }
 
+/** Each `takeTurn()` acquires `name` (waiting up to 1 s), releases it, and keeps the fencing token it was given. */
+function turns(locks: LockClient, name: string): { takeTurn: () => Promise<void>; tokens: bigint[] } {
+  const tokens: bigint[] = [];
+  const takeTurn = async (): Promise<void> => {
+    const handle = await locks.acquire(name, { ttlMs: 2_000, waitMs: 1_000 });
+    tokens.push(handle.fencingToken);
+    await handle.release();
+  };
+  return { takeTurn, tokens };
+}
+
+function expectIncreasing(tokens: readonly bigint[]): void {
+  for (let i = 1; i < tokens.length; i++) expect(tokens[i]).toBeGreaterThan(tokens[i - 1] as bigint);
+}
+
 beforeAll(async () => {
   const started = await Promise.all(Array.from({ length: 5 }, () => startRedisServer()));
   servers.push(...started);
@@ -240,13 +255,7 @@ describe('RedlockService on 3 real nodes', () => {
 describe('RedlockService faults on real servers', () => {
   it('one of three nodes down: locks are still granted and tokens still increase, also after it returns empty', async () => {
     const locks = new LockClient(service(three()), { operationTimeoutMs: 2_000 });
-    const name = lockName('one-down');
-    const tokens: bigint[] = [];
-    const takeTurn = async (): Promise<void> => {
-      const handle = await locks.acquire(name, { ttlMs: 2_000, waitMs: 1_000 });
-      tokens.push(handle.fencingToken);
-      await handle.release();
-    };
+    const { takeTurn, tokens } = turns(locks, lockName('one-down'));
     await takeTurn();
     await takeDown(2);
     for (let i = 0; i < 4; i++) await takeTurn();
@@ -254,7 +263,7 @@ describe('RedlockService faults on real servers', () => {
     for (let i = 0; i < 3; i++) await takeTurn();
     await locks.close();
     expect(tokens).toHaveLength(8);
-    for (let i = 1; i < tokens.length; i++) expect(tokens[i]).toBeGreaterThan(tokens[i - 1] as bigint);
+    expectIncreasing(tokens);
   });
 
   it('renewMany with a node down: a lease the nodes can neither confirm nor refuse is not renewed; renew says so', async () => {
@@ -459,12 +468,7 @@ describe('RedlockService on 5 real nodes', () => {
     expect(redlock.quorum).toBe(3);
     const locks = new LockClient(redlock, { operationTimeoutMs: 2_000 });
     const name = lockName('five');
-    const tokens: bigint[] = [];
-    const takeTurn = async (): Promise<void> => {
-      const handle = await locks.acquire(name, { ttlMs: 2_000, waitMs: 1_000 });
-      tokens.push(handle.fencingToken);
-      await handle.release();
-    };
+    const { takeTurn, tokens } = turns(locks, name);
     await takeTurn();
     await takeDown(3);
     servers[4]?.process.pause();
@@ -486,7 +490,7 @@ describe('RedlockService on 5 real nodes', () => {
     await restartEmpty(3);
     await takeTurn();
     expect(tokens).toHaveLength(5);
-    for (let i = 1; i < tokens.length; i++) expect(tokens[i]).toBeGreaterThan(tokens[i - 1] as bigint);
+    expectIncreasing(tokens);
     await locks.close();
   });
 });

@@ -3,6 +3,7 @@ import pg from 'pg';
 
 import { PG_URL } from './servers/defaults.js';
 
+export { type ChildRun, type RunBuiltPackageOptions, runBuiltPackage } from './built-package.js';
 export { ETCD_ENDPOINT, MYSQL_URL, PG_URL, REDIS_URL, ZK_CONNECT } from './servers/defaults.js';
 export * from './servers/etcd.js';
 export {

@@ -119,21 +119,24 @@ export function replyZxid(client: object): bigint | undefined {
   return Buffer.isBuffer(zxid) && zxid.length === 8 ? zxid.readBigUInt64BE(0) : undefined;
 }
 
+/** Every method of `ZooKeeperClientLike`: what `isClientLike` checks a caller's client for. */
+export const CLIENT_METHODS = [
+  'connect',
+  'close',
+  'getState',
+  'getSessionId',
+  'getSessionTimeout',
+  'create',
+  'remove',
+  'exists',
+  'getData',
+  'getChildren',
+  'transaction',
+  'on',
+  'removeListener',
+] as const satisfies readonly (keyof ZooKeeperClientLike)[];
+
 export function isClientLike(value: unknown): value is ZooKeeperClientLike {
   if (typeof value !== 'object' || value === null) return false;
-  return [
-    'connect',
-    'close',
-    'getState',
-    'getSessionId',
-    'getSessionTimeout',
-    'create',
-    'remove',
-    'exists',
-    'getData',
-    'getChildren',
-    'transaction',
-    'on',
-    'removeListener',
-  ].every((m) => typeof Reflect.get(value, m) === 'function');
+  return CLIENT_METHODS.every((m) => typeof Reflect.get(value, m) === 'function');
 }

@@ -1,24 +1,10 @@
 import { InvalidArgumentError } from '@dlock/core';
 import { describe, expect, it } from 'vitest';
+import { CLIENT_METHODS } from './client-like.js';
 import { requestTimeoutFor, resolveOptions } from './options.js';
 
-const fakeClient = Object.fromEntries(
-  [
-    'connect',
-    'close',
-    'getState',
-    'getSessionId',
-    'getSessionTimeout',
-    'create',
-    'remove',
-    'exists',
-    'getData',
-    'getChildren',
-    'transaction',
-    'on',
-    'removeListener',
-  ].map((m) => [m, () => {}]),
-);
+/** Passes the options' structural check: a function for every client method, none of them ever called. */
+const fakeClient = Object.fromEntries(CLIENT_METHODS.map((m) => [m, () => {}]));
 
 function invalid(options: unknown): InvalidArgumentError {
   try {

@@ -1,30 +1,10 @@
-import { execFile } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
-import { ZK_CONNECT } from '@dlock/test-utils';
+import { runBuiltPackage, ZK_CONNECT } from '@dlock/test-utils';
 import { describe, expect, it } from 'vitest';
 
 // The BUILT package in a child process: Node resolves '@dlock/zookeeper' through its own exports map, and the
 // process must exit by itself once everything is closed (no stray timer or socket keeps it alive).
-const cwd = fileURLToPath(new URL('..', import.meta.url));
-
-function run(script: string): Promise<{ code: number | null; stdout: string; stderr: string; ms: number }> {
-  const started = Date.now();
-  return new Promise((resolve) => {
-    execFile(
-      process.execPath,
-      ['--input-type=module', '-e', script],
-      { cwd, timeout: 15_000, env: { ...process.env, ZK: ZK_CONNECT } },
-      (error, stdout, stderr) => {
-        resolve({
-          code: error ? (typeof error.code === 'number' ? error.code : null) : 0,
-          stdout,
-          stderr,
-          ms: Date.now() - started,
-        });
-      },
-    );
-  });
-}
+const run = (script: string) =>
+  runBuiltPackage(new URL('..', import.meta.url), script, { timeoutMs: 15_000, env: { ZK: ZK_CONNECT } });
 
 describe('the built package in a real process', () => {
   it('acquires, releases and exits on its own after close()', async () => {

@@ -192,23 +192,33 @@ describe('the lock recipe on a real ZooKeeper', () => {
 });
 
 describe('protected mode through a fault proxy', () => {
-  it('finds the node of a create whose reply was lost, instead of queueing twice', async () => {
+  /**
+   * A service that reaches ZooKeeper through a fault proxy, with its session up: one acquire and release of `name`
+   * went through before the test starts dropping replies. `acquireOnce` is a single no-wait attempt on `name`.
+   */
+  async function behindProxy(name: string, requestTimeoutMs: number) {
     const proxy = await startTcpProxy({ targetPort: Number(ZK_CONNECT.split(':')[1]) });
     toClose.push(proxy);
     const s = new ZooKeeperLockService({
       connectionString: `127.0.0.1:${proxy.port}`,
       root: ROOT,
       sessionTimeoutMs: 6_000,
-      requestTimeoutMs: 4_000,
+      requestTimeoutMs,
     });
     toClose.push(s);
-    const name = uniqueName('lostreply');
     const signal = new AbortController().signal;
-    const warm = await s.acquire({ name, ownerId: 'test', ttlMs: TTL, waitMs: 0, signal });
+    const acquireOnce = () => s.acquire({ name, ownerId: 'test', ttlMs: TTL, waitMs: 0, signal });
+    const warm = await acquireOnce();
     if (warm.acquired) await s.release({ name, ownerId: 'test', ...warm.grant });
+    return { proxy, s, acquireOnce };
+  }
+
+  it('finds the node of a create whose reply was lost, instead of queueing twice', async () => {
+    const name = uniqueName('lostreply');
+    const { proxy, s, acquireOnce } = await behindProxy(name, 4_000);
 
     proxy.dropReplies(true);
-    const pending = s.acquire({ name, ownerId: 'test', ttlMs: TTL, waitMs: 0, signal });
+    const pending = acquireOnce();
     expect(await waitFor(async () => (await queueOf(name)).length === 1, 3_000)).toBe(true);
     proxy.dropReplies(false);
     proxy.resetAll(); // the client sees a connection loss for a create the server did make
@@ -225,22 +235,11 @@ describe('protected mode through a fault proxy', () => {
   });
 
   it('deletes the orphan of a create that timed out', async () => {
-    const proxy = await startTcpProxy({ targetPort: Number(ZK_CONNECT.split(':')[1]) });
-    toClose.push(proxy);
-    const s = new ZooKeeperLockService({
-      connectionString: `127.0.0.1:${proxy.port}`,
-      root: ROOT,
-      sessionTimeoutMs: 6_000,
-      requestTimeoutMs: 800,
-    });
-    toClose.push(s);
     const name = uniqueName('orphan');
-    const signal = new AbortController().signal;
-    const warm = await s.acquire({ name, ownerId: 'test', ttlMs: TTL, waitMs: 0, signal });
-    if (warm.acquired) await s.release({ name, ownerId: 'test', ...warm.grant });
+    const { proxy, acquireOnce } = await behindProxy(name, 800);
 
     proxy.dropReplies(true);
-    const error = await rejection(s.acquire({ name, ownerId: 'test', ttlMs: TTL, waitMs: 0, signal }));
+    const error = await rejection(acquireOnce());
     expect(error).toMatchObject({ code: 'TRANSPORT' });
     expect(await queueOf(name)).toHaveLength(1); // made by the server, unknown to the client
     proxy.dropReplies(false);

@@ -13,6 +13,7 @@ import {
   validateName,
 } from '@dlock/core';
 import { validateKeyPrefix } from '../keys.js';
+import { checkClient, checkFenceRetentionMs, checkTimeoutMs } from '../option-checks.js';
 import { newOwnershipToken } from '../tokens.js';
 import type { RedlockClientLike } from './client-like.js';
 import { DEFAULT_REDLOCK_PREFIX } from './keys.js';
@@ -45,12 +46,6 @@ export interface RedlockServiceOptions {
 const DEFAULT_NODE_TIMEOUT_MS = 250;
 const DEFAULT_FENCE_RETENTION_MS = 7 * 24 * 3_600_000;
 
-function isClientLike(value: unknown): value is RedlockClientLike {
-  if (typeof value !== 'object' || value === null) return false;
-  const v = value as Record<string, unknown>;
-  return typeof v['sendCommand'] === 'function' && typeof v['duplicate'] === 'function';
-}
-
 /**
  * Redlock over N independent Redis nodes, with fencing tokens that keep increasing across grants even when a
  * minority of nodes is down. Plug it into a `LockClient`; the client does the validity math, retries with full
@@ -79,9 +74,7 @@ export class RedlockService implements LockService, AsyncDisposable {
       throw new InvalidArgumentError('options.clients', 'must be a non-empty array of node-redis clients');
     }
     clients.forEach((client, i) => {
-      if (!isClientLike(client)) {
-        throw new InvalidArgumentError(`options.clients[${i}]`, 'must be a node-redis client');
-      }
+      checkClient(client, `options.clients[${i}]`, ['sendCommand', 'duplicate']);
     });
     // One node counted twice would let a single Redis make up a "majority".
     if (new Set(clients).size !== clients.length) {
@@ -90,22 +83,9 @@ export class RedlockService implements LockService, AsyncDisposable {
     const prefix =
       options.keyPrefix === undefined ? DEFAULT_REDLOCK_PREFIX : validateKeyPrefix(options.keyPrefix);
     const nodeTimeoutMs = options.nodeTimeoutMs ?? DEFAULT_NODE_TIMEOUT_MS;
-    if (
-      typeof nodeTimeoutMs !== 'number' ||
-      !Number.isInteger(nodeTimeoutMs) ||
-      nodeTimeoutMs < 1 ||
-      nodeTimeoutMs > MAX_TIMER_MS
-    ) {
-      throw new InvalidArgumentError('options.nodeTimeoutMs', `must be an integer from 1 to ${MAX_TIMER_MS}`);
-    }
+    checkTimeoutMs(nodeTimeoutMs, 'options.nodeTimeoutMs', true);
     const fenceRetentionMs = options.fenceRetentionMs ?? DEFAULT_FENCE_RETENTION_MS;
-    if (
-      typeof fenceRetentionMs !== 'number' ||
-      !Number.isSafeInteger(fenceRetentionMs) ||
-      fenceRetentionMs < 1_000
-    ) {
-      throw new InvalidArgumentError('options.fenceRetentionMs', 'must be an integer of at least 1000');
-    }
+    checkFenceRetentionMs(fenceRetentionMs);
     const clock = options.clock ?? systemClock;
     const nodes = (clients as RedlockClientLike[]).map(
       (client, i) => new RedisRedlockNode(client, { prefix, fenceRetentionMs, label: `Redlock node ${i}` }),

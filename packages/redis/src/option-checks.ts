@@ -1,0 +1,40 @@
+import { InvalidArgumentError, MAX_TIMER_MS } from '@dlock/core';
+
+/**
+ * Constructor-option checks shared by `RedisLockService` and `RedlockService`: both take node-redis clients, a
+ * per-call bound and a fence retention, and must reject the same bad values with the same messages.
+ */
+
+/** A node-redis client, recognised by the methods the service calls on it. */
+export function checkClient(
+  value: unknown,
+  field: string,
+  methods: readonly string[],
+): Record<string, unknown> {
+  const v = value as Record<string, unknown> | null | undefined;
+  if (typeof v !== 'object' || v === null || methods.some((m) => typeof v[m] !== 'function')) {
+    throw new InvalidArgumentError(field, `must be a node-redis client (with ${methods.join(', ')})`);
+  }
+  return v;
+}
+
+/** A bound on calls in ms, from 1 to the longest timer Node runs; `integer` also refuses fractions. */
+export function checkTimeoutMs(value: unknown, field: string, integer: boolean): void {
+  if (
+    typeof value !== 'number' ||
+    !(value >= 1 && value <= MAX_TIMER_MS) ||
+    (integer && !Number.isInteger(value))
+  ) {
+    throw new InvalidArgumentError(
+      field,
+      `must be ${integer ? 'an integer' : 'a number'} from 1 to ${MAX_TIMER_MS}`,
+    );
+  }
+}
+
+/** How long a name's fencing counter outlives its last grant: whole ms, at least a second. */
+export function checkFenceRetentionMs(value: unknown): void {
+  if (!(typeof value === 'number' && Number.isSafeInteger(value) && value >= 1_000)) {
+    throw new InvalidArgumentError('options.fenceRetentionMs', 'must be an integer of at least 1000');
+  }
+}
