@@ -80,6 +80,10 @@ export interface LockService {
   /**
    * Calls `onReleased` when the lock named `name` may have become free (release or expiry), so waiters need not poll.
    * Best effort: core never relies on it alone. Returns an unsubscribe function.
+   *
+   * Core subscribes after a refused attempt, so a release can slip in before the subscription is live. A service
+   * whose subscription becomes active asynchronously should either call `onReleased` once when it does (core then
+   * simply tries again) or start the subscription from a point before the refusal (an etcd revision).
    */
   watch(name: string, onReleased: () => void): () => void;
   /**
