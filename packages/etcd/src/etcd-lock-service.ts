@@ -158,6 +158,12 @@ export class EtcdLockService implements LockService {
         await this.#leave(contender);
         throw error;
       }
+      if (turn.kind === 'held' && this.#closing.signal.aborted) {
+        // close() ran while we were contending: it has already given up the locks it knew of, so this one must
+        // not outlive it either.
+        await this.#leave(contender);
+        throw this.#closing.signal.reason;
+      }
       if (turn.kind === 'held' && !lease.isLost) {
         const token = newOwnershipToken();
         this.#held.set(token, {

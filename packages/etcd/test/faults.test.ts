@@ -1,7 +1,7 @@
 import { performance } from 'node:perf_hooks';
 import { LockClient, type LockHandle } from '@dlock/core';
 import { EtcdLockService } from '@dlock/etcd';
-import { type EtcdCluster, startEtcdCluster } from '@dlock/test-utils';
+import { type EtcdCluster, maxOf, startEtcdCluster } from '@dlock/test-utils';
 import { Etcd3 } from 'etcd3';
 import { afterEach, describe, expect, it } from 'vitest';
 import { lockName, sleep, waitUntil } from './helpers.js';
@@ -88,7 +88,8 @@ describe('etcd paused (SIGSTOP) past the TTL, private member', () => {
       expect(await waitUntil(() => held.every((h) => h.lostAt !== undefined), TTL_MS + 2_000)).toBe(true);
       for (const h of held) {
         // The last confirmed renewal was sent before the pause, so the local deadline falls within one TTL of it.
-        expect(h.lostAt! - pausedAt).toBeLessThanOrEqual(TTL_MS + 300);
+        // Slack for a late timer on a loaded machine; the bound that matters is one TTL, not two (etcd3's rule).
+        expect(h.lostAt! - pausedAt).toBeLessThanOrEqual(TTL_MS + 1_500);
         expect(h.handle.isHeld()).toBe(false);
       }
       await settlesWithin(held[1]!.handle.release(), bound);
@@ -97,8 +98,9 @@ describe('etcd paused (SIGSTOP) past the TTL, private member', () => {
     }
     // Service resumes: a new holder gets a higher token (etcd3's circuit breaker may keep the host shut ~5 s).
     const { locks } = services(etcd)[1]!;
-    const after = await locks.acquire(lockName('after-pause'), { ttlMs: TTL_MS, waitMs: 15_000 });
-    expect(after.fencingToken).toBeGreaterThan(held.at(-1)!.handle.fencingToken);
+    // The same name the paused holders held: their keys must be gone (leases expired) and the new token higher.
+    const after = await locks.acquire(held[0]!.handle.name, { ttlMs: TTL_MS, waitMs: 15_000 });
+    expect(after.fencingToken).toBeGreaterThan(maxOf(held.map((h) => h.handle.fencingToken)) ?? 0n);
     await after.release();
   });
 });

@@ -5,7 +5,7 @@ export const DEFAULT_KEY_PREFIX = 'dlock:';
 
 /** The Redis keys (and the release channel) of one lock. All share the hash tag `{<encoded name>}`. */
 export interface LockKeys {
-  /** Hash `{ o: ownership token, f: fencing token }` with the lease as its TTL. */
+  /** String `"<ownership token> <fencing token>"` with the lease as its TTL; renew and release compare it whole. */
   readonly lock: string;
   /** The last fencing token minted for this name (a decimal string), kept for the fence retention. */
   readonly fence: string;

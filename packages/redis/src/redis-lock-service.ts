@@ -320,6 +320,10 @@ export class RedisLockService implements LockService {
     this.#waiters.set(owner, waiter);
     // Send time of our last attempt that was refused: a hand-off that follows started its lease after it.
     let lastMiss = wait.calledAt;
+    // Highest fence already handed to this waiter. A hand-off message can overtake or trail the script reply that
+    // reports the same grant; once that grant is used up (its lease ran out before we could return it), a late copy
+    // of it must not be taken for a new hand-off: the lock may belong to someone else by now.
+    let spent = 0n;
     const look = (): Promise<Attempt> =>
       this.#attempt(keys, owner, ttlMs, Math.max(1, Math.ceil(deadline - performance.now())));
     try {
@@ -340,14 +344,15 @@ export class RedisLockService implements LockService {
           const pttl = attempt.reply.pttl;
           const expiry = pttl > 0 ? pttl + EXPIRY_SLACK_MS : UNKNOWN_EXPIRY_RECHECK_MS;
           const event = await waiter.wait(Math.min(expiry, remaining), signal);
-          if (event.kind === 'granted') {
-            leaseFrom = lastMiss;
-            fence = event.fence;
-          } else if (event.kind === 'aborted') {
+          if (event.kind === 'aborted') {
             return this.#abandon(keys, owner, ttlMs, deadline, signal.reason);
-          } else if (event.kind === 'closed') {
+          } else if (event.kind === 'closed' || this.#closed) {
+            // A hand-off that races close() is given back too: nobody would renew it.
             const reason = new TransportError('the RedisLockService was closed');
             return this.#abandon(keys, owner, ttlMs, deadline, reason);
+          } else if (event.kind === 'granted' && event.fence > spent) {
+            leaseFrom = lastMiss;
+            fence = event.fence;
           } else {
             if (deadline - performance.now() <= 0) return await this.#giveUp(wait, lastMiss);
             // Same ownership token: the script keeps our place in the queue, or finds the lock already ours.
@@ -355,6 +360,7 @@ export class RedisLockService implements LockService {
             continue;
           }
         }
+        if (fence > spent) spent = fence;
         const granted = await this.#fresh(wait, fence, leaseFrom);
         if (granted) return granted;
         // The lease ran out before we could use it (a very long delay since the hand-off): queue again.

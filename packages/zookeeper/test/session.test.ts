@@ -9,7 +9,7 @@ import {
 } from '@dlock/test-utils';
 import { afterEach, describe, expect, it } from 'vitest';
 import { lockParentPath, ZooKeeperLockService } from '../src/index.js';
-import { connectedClient, sleep, statOf, waitFor } from './helpers.js';
+import { childrenOf, connectedClient, sleep, statOf, waitFor } from './helpers.js';
 
 // Faults that take the server away run against private servers (tickTime 200 ms, so short sessions are allowed);
 // faults of the network go through a proxy in front of the shared server. Everything here is timing-sensitive, so
@@ -176,13 +176,15 @@ describe('session loss and survival', () => {
       expect(await handle.renew()).toBe(true);
     }
     expect(service.session?.id).toBe(session);
-    // The nodes are still there, still this session's.
+    // Each lock's queue still holds exactly one node, and that node is this session's ephemeral node.
     const raw = await connectedClient(ZK_CONNECT);
     cleanups.push(() => raw.close());
     for (const name of locks) {
       const parent = lockParentPath(ROOT, name);
-      const stat = await statOf(raw, parent);
-      expect(stat).not.toBeNull();
+      const children = await childrenOf(raw, parent);
+      expect(children).toHaveLength(1);
+      const stat = await statOf(raw, `${parent}/${children[0]}`);
+      expect(stat?.ephemeralOwner.toString('hex')).toBe(session);
     }
     for (const { handle } of held) await handle.release();
   });

@@ -10,7 +10,7 @@ export const DEFAULT_REDLOCK_PREFIX = 'dlock:redlock:';
 export interface RedlockKeys {
   /** String holding the grant's ownership token, with the lease as its TTL. */
   readonly lock: string;
-  /** This node's fencing counter for the name (a decimal string, no TTL). */
+  /** This node's fencing counter for the name (a decimal string), kept for the fence retention after each use. */
   readonly fence: string;
   /** Channel on which a release announces the fencing token it freed. */
   readonly released: string;
