@@ -37,6 +37,10 @@ export class Notifier {
   >();
   #subscriber: RedisSubscriberLike | undefined;
   #ready: Promise<void> | undefined;
+  /** The service channel is subscribed on the current connection. */
+  #subscribed = false;
+  /** When `ready()` last gave up waiting; while set, it answers at once and retries in the background. */
+  #degradedSince: number | undefined;
   #closed = false;
   readonly #onReady = (): void => this.#options.onReconnect();
   readonly #onError = (): void => {
@@ -54,11 +58,23 @@ export class Notifier {
    */
   async ready(timeoutMs: number): Promise<boolean> {
     if (this.#closed) return false;
+    if (this.#subscribed) return true;
+    if (this.#degradedSince !== undefined) {
+      // Waiting again would hold up every acquire by the same timeout while the subscriber cannot connect: answer
+      // at once (the caller waits without queueing) and retry in the background, at most once per timeout.
+      if (this.#ready === undefined && performance.now() - this.#degradedSince >= this.#options.timeoutMs) {
+        this.#degradedSince = performance.now();
+        this.#ready = this.#start();
+        this.#ready.catch(() => {});
+      }
+      return false;
+    }
     this.#ready ??= this.#start();
     try {
       await this.#options.deadlines.bound(this.#ready, timeoutMs, 'subscribing to the wake-up channel');
       return true;
     } catch {
+      this.#degradedSince = performance.now();
       return false;
     }
   }
@@ -146,6 +162,7 @@ export class Notifier {
   #reset(sub: RedisSubscriberLike): void {
     this.#subscriber = undefined;
     this.#ready = undefined;
+    this.#subscribed = false;
     sub.off('ready', this.#onReady);
     sub.off('error', this.#onError);
     if (!this.#options.subscriber) destroyQuietly(sub);
@@ -160,7 +177,11 @@ export class Notifier {
       throw error;
     }
     // Only after the first subscription: a 'ready' from now on is a reconnect (node-redis has resubscribed by then).
-    if (!this.#closed && this.#subscriber === sub) sub.on('ready', this.#onReady);
+    if (!this.#closed && this.#subscriber === sub) {
+      this.#subscribed = true;
+      this.#degradedSince = undefined;
+      sub.on('ready', this.#onReady);
+    }
   }
 
   #quietly(action: (sub: RedisSubscriberLike) => Promise<unknown>): void {

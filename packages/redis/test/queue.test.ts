@@ -1,4 +1,5 @@
 import { LockClient, type LockHandle } from '@dlock/core';
+import { startTcpProxy } from '@dlock/test-utils';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { lockKeys, RedisLockService } from '../src/index.js';
 import { commandCalls, connect, disconnect, eventually, type Redis, SideRedis, sleep } from './helpers.js';
@@ -287,5 +288,35 @@ describe('queued waiters', () => {
     expect(performance.now() - started).toBeLessThan(1_000);
     expect(await queueLength(name)).toBe(0);
     await first.release();
+  });
+});
+
+describe('a subscriber that cannot subscribe', () => {
+  it('holds up one waiting acquire by the command timeout, not every one', async () => {
+    const client = await connect(side.url);
+    const proxy = await startTcpProxy({ targetPort: side.port });
+    const subscriber = await connect(`redis://127.0.0.1:${proxy.port}`);
+    // The subscriber's connection is open but nothing it sends comes back: SUBSCRIBE never answers.
+    proxy.mode = 'blackhole';
+    const service = new RedisLockService({ client, subscriber, commandTimeoutMs: 400 });
+    const locks = new LockClient(service);
+    try {
+      const name = 'stuck-subscriber';
+      const times: number[] = [];
+      for (let i = 0; i < 4; i++) {
+        const started = performance.now();
+        const handle = await locks.acquire(name, { ttlMs: 5_000, waitMs: 10_000 });
+        times.push(performance.now() - started);
+        await handle.release();
+      }
+      expect(times[0]).toBeGreaterThanOrEqual(350); // the first one waited for the subscription
+      for (const ms of times.slice(1)) expect(ms).toBeLessThan(300); // the others did not
+    } finally {
+      await locks.close();
+      await service.close();
+      subscriber.destroy();
+      await disconnect(client);
+      await proxy.close();
+    }
   });
 });
