@@ -116,19 +116,20 @@ export class Notifier {
     this.#closed = true;
     const sub = this.#subscriber;
     this.#subscriber = undefined;
+    const watched = [...this.#watchers];
     this.#watchers.clear();
     if (!sub) return;
     sub.off('ready', this.#onReady);
     if (this.#options.subscriber) {
-      // Not ours to close: take our channels off it, without waiting long for a server that may be gone.
+      // Not ours to close: take all our channels off it (the wake-up channel and every watched release channel),
+      // without waiting long for a server that may be gone.
       if (sub.isOpen) {
-        await this.#options.deadlines
-          .bound(
-            sub.unsubscribe(this.#options.channel, this.#onGrant),
-            this.#options.timeoutMs,
-            'unsubscribe',
-          )
-          .catch(() => {});
+        const bound = (pending: Promise<unknown>): Promise<unknown> =>
+          this.#options.deadlines.bound(pending, this.#options.timeoutMs, 'unsubscribe').catch(() => {});
+        await Promise.all([
+          bound(sub.unsubscribe(this.#options.channel, this.#onGrant)),
+          ...watched.map(([channel, { listener }]) => bound(sub.unsubscribe(channel, listener))),
+        ]);
       }
       sub.off('error', this.#onError);
       return;

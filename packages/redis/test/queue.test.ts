@@ -320,3 +320,32 @@ describe('a subscriber that cannot subscribe', () => {
     }
   });
 });
+
+describe('a subscriber the caller owns', () => {
+  it('is left with none of the service’s channels after close()', async () => {
+    const client = await connect(side.url);
+    const subscriber = await connect(side.url);
+    const service = new RedisLockService({ client, subscriber });
+    const channel = lockKeys('dlock:', 'watched-after-close').released;
+    const numsub = async (): Promise<number> => {
+      const reply = (await admin.sendCommand(['PUBSUB', 'NUMSUB', channel])) as unknown[];
+      return Number(reply[1]);
+    };
+    try {
+      let calls = 0;
+      service.watch('watched-after-close', () => {
+        calls += 1;
+      });
+      expect(await eventually(async () => (await numsub()) === 1, 5_000)).toBe(true);
+      await service.close();
+      expect(await numsub()).toBe(0);
+      await admin.sendCommand(['PUBLISH', channel, 'x']);
+      await sleep(100);
+      expect(calls).toBe(0);
+    } finally {
+      await service.close();
+      await disconnect(subscriber);
+      await disconnect(client);
+    }
+  });
+});
