@@ -1,5 +1,6 @@
 import { setMaxListeners } from 'node:events';
 import { performance } from 'node:perf_hooks';
+import { TransportError } from '@dlock/core';
 import type { LeaseClientLike } from './client-like.js';
 import { withDeadline } from './deadline.js';
 import { isLeaseNotFound } from './errors.js';
@@ -71,6 +72,7 @@ export class LeaseKeeper {
   readonly #onSessionLost: (lease: TrackedLease, ownershipTokens: readonly string[]) => void;
   readonly #sessions = new Map<number, TrackedLease>();
   readonly #opening = new Map<number, Promise<TrackedLease>>();
+  #closed = false;
 
   constructor(
     client: LeaseClientLike,
@@ -94,6 +96,13 @@ export class LeaseKeeper {
         this.#client.leaseRevoke({ ID: late.ID }).catch(() => {});
       },
     );
+    if (this.#closed) {
+      // Granted while close() ran: close has revoked what it knew of, so this one goes too, not after its TTL.
+      await withDeadline('lease revoke', this.#timeoutMs, (options) =>
+        this.#client.leaseRevoke({ ID: response.ID }, options),
+      ).catch(() => {});
+      throw new TransportError('the EtcdLockService was closed');
+    }
     const granted = Number(response.TTL);
     return new TrackedLease(String(response.ID), granted > 0 ? granted : ttlS, sentAt, session);
   }
@@ -202,6 +211,9 @@ export class LeaseKeeper {
 
   /** Revokes every session lease (bounded) and stops all timers and streams. */
   async close(): Promise<void> {
+    this.#closed = true;
+    // A session being opened right now lands in #sessions or fails; either way it is settled before revoking.
+    await Promise.allSettled([...this.#opening.values()]);
     const sessions = [...this.#sessions.values()];
     await Promise.allSettled(sessions.map((lease) => this.revoke(lease)));
     for (const lease of sessions) this.markLost(lease);
