@@ -1,3 +1,4 @@
+export { CallDeadlines } from './bounded-call.js';
 export { LockClient } from './client.js';
 export { type Clock, type SleepOptions, systemClock } from './clock.js';
 export {

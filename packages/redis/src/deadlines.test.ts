@@ -1,5 +1,6 @@
 import { TransportError } from '@dlock/core';
-import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { FakeClock } from '@dlock/testing';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { Deadlines } from './deadlines.js';
 
 function deferred<T>() {
@@ -13,15 +14,13 @@ function deferred<T>() {
 }
 
 describe('Deadlines', () => {
+  let clock: FakeClock;
   beforeEach(() => {
-    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'performance'] });
-  });
-  afterEach(() => {
-    vi.useRealTimers();
+    clock = new FakeClock();
   });
 
   it('passes through a call that settles in time', async () => {
-    const deadlines = new Deadlines();
+    const deadlines = new Deadlines(clock);
     const call = deferred<string>();
     const bounded = deadlines.bound(call.promise, 100, 'GET');
     call.resolve('ok');
@@ -33,48 +32,48 @@ describe('Deadlines', () => {
   });
 
   it('fails a call that never answers with a TransportError at its deadline, not before', async () => {
-    const deadlines = new Deadlines();
+    const deadlines = new Deadlines(clock);
     const never = deferred<string>();
     let outcome: unknown;
     deadlines.bound(never.promise, 100, 'EVALSHA acquire').catch((error: unknown) => {
       outcome = error;
     });
-    await vi.advanceTimersByTimeAsync(99);
+    await clock.advance(99);
     expect(outcome).toBeUndefined();
-    await vi.advanceTimersByTimeAsync(2);
+    await clock.advance(2);
     expect(outcome).toBeInstanceOf(TransportError);
     expect(String(outcome)).toContain('EVALSHA acquire did not answer within 100 ms');
     // The late answer is dropped, not an unhandled rejection.
     never.reject(new Error('late'));
-    await vi.advanceTimersByTimeAsync(1);
+    await clock.advance(1);
   });
 
   it('serves many deadlines with one timer, each at its own time', async () => {
-    const deadlines = new Deadlines();
+    const deadlines = new Deadlines(clock);
     const expired: number[] = [];
     for (const ms of [300, 100, 200, 100]) {
       deadlines.bound(deferred<void>().promise, ms, `call ${ms}`).catch(() => expired.push(ms));
     }
-    expect(vi.getTimerCount()).toBe(1);
-    await vi.advanceTimersByTimeAsync(150);
+    expect(clock.pendingTimers).toBe(1);
+    await clock.advance(150);
     expect(expired).toEqual([100, 100]);
-    await vi.advanceTimersByTimeAsync(100);
+    await clock.advance(100);
     expect(expired).toEqual([100, 100, 200]);
-    await vi.advanceTimersByTimeAsync(100);
+    await clock.advance(100);
     expect(expired).toEqual([100, 100, 200, 300]);
-    expect(vi.getTimerCount()).toBe(0);
+    expect(clock.pendingTimers).toBe(0);
   });
 
   it('does not re-arm for calls that finish: a steady stream costs about one timer per bound', async () => {
-    const deadlines = new Deadlines();
+    const deadlines = new Deadlines(clock);
     for (let i = 0; i < 1_000; i++) {
       const call = deferred<number>();
       const bounded = deadlines.bound(call.promise, 1_000, 'PING');
       call.resolve(i);
       await bounded;
     }
-    expect(vi.getTimerCount()).toBe(1);
-    await vi.advanceTimersByTimeAsync(1_001);
-    expect(vi.getTimerCount()).toBe(0);
+    expect(clock.pendingTimers).toBe(1);
+    await clock.advance(1_001);
+    expect(clock.pendingTimers).toBe(0);
   });
 });

@@ -32,6 +32,9 @@ export function checkTimeoutMs(value: unknown, field: string, integer: boolean):
   }
 }
 
+/** Both services keep a name's last fencing token this long after its last grant unless told otherwise: 7 days. */
+export const DEFAULT_FENCE_RETENTION_MS = 7 * 24 * 3_600_000;
+
 /** How long a name's fencing counter outlives its last grant: whole ms, at least a second. */
 export function checkFenceRetentionMs(value: unknown): void {
   if (!(typeof value === 'number' && Number.isSafeInteger(value) && value >= 1_000)) {

@@ -15,7 +15,12 @@ import type { RedisClientLike, RedisSubscriberLike } from './client-like.js';
 import { Deadlines } from './deadlines.js';
 import { DEFAULT_KEY_PREFIX, type LockKeys, lockKeys, validateKeyPrefix } from './keys.js';
 import { Notifier } from './notifier.js';
-import { checkClient, checkFenceRetentionMs, checkTimeoutMs } from './option-checks.js';
+import {
+  checkClient,
+  checkFenceRetentionMs,
+  checkTimeoutMs,
+  DEFAULT_FENCE_RETENTION_MS,
+} from './option-checks.js';
 import { type LockScripts, type LuaScript, lockScripts } from './scripts.js';
 import { newOwnershipToken } from './tokens.js';
 import { Waiter } from './waiter.js';
@@ -45,7 +50,6 @@ export interface RedisLockServiceOptions {
 }
 
 const DEFAULT_TIMEOUT_MS = 5_000;
-const DEFAULT_FENCE_RETENTION_MS = 7 * 24 * 3_600_000;
 /** Renewals per script call: one call for a thousand locks, and no script long enough to stall the server. */
 const RENEW_CHUNK = 1_000;
 /** A waiter looks again this long after the holder's lease should have run out (expiry without a release). */

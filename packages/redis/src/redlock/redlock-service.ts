@@ -13,7 +13,12 @@ import {
   validateName,
 } from '@dlock/core';
 import { validateKeyPrefix } from '../keys.js';
-import { checkClient, checkFenceRetentionMs, checkTimeoutMs } from '../option-checks.js';
+import {
+  checkClient,
+  checkFenceRetentionMs,
+  checkTimeoutMs,
+  DEFAULT_FENCE_RETENTION_MS,
+} from '../option-checks.js';
 import { newOwnershipToken } from '../tokens.js';
 import type { RedlockClientLike } from './client-like.js';
 import { DEFAULT_REDLOCK_PREFIX } from './keys.js';
@@ -44,7 +49,6 @@ export interface RedlockServiceOptions {
 }
 
 const DEFAULT_NODE_TIMEOUT_MS = 250;
-const DEFAULT_FENCE_RETENTION_MS = 7 * 24 * 3_600_000;
 
 /**
  * Redlock over N independent Redis nodes, with fencing tokens that keep increasing across grants even when a

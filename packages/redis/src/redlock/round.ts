@@ -1,5 +1,5 @@
 import { setMaxListeners } from 'node:events';
-import { type Clock, TransportError } from '@dlock/core';
+import { CallDeadlines, type Clock, TransportError } from '@dlock/core';
 
 /** What one node did in a round. */
 export type Outcome<T> =
@@ -13,69 +13,26 @@ const PENDING: Outcome<never> = { status: 'pending' };
 /** One shared reason: a round ending early is routine, not worth a stack trace each time. */
 const ROUND_OVER = new TransportError('the round ended before this node answered');
 
-interface Deadline {
-  readonly at: number;
-  readonly expire: () => void;
-  done: boolean;
-}
-
 /**
- * The deadlines of every round of one service, on one timer. Every round gets the same timeout, so deadlines arrive
- * in order and the earliest live one is always at the head: adding and finishing are O(1) (a finished round is
- * skipped when the timer reaches it), and the timer is armed at most once per timeout while rounds keep coming —
- * instead of a `setTimeout`/`clearTimeout` pair per round (about 15 µs each here). The timer is unref'd: it bounds
+ * The deadlines of every round of one service: core's one-timer {@link CallDeadlines} with the service's fixed round
+ * timeout, instead of a `setTimeout`/`clearTimeout` pair per round (about 15 µs each here). Unref'd: it bounds
  * calls, it does not keep the process alive.
  */
 export class RoundDeadlines {
   readonly timeoutMs: number;
   readonly clock: Clock;
-  #queue: Deadline[] = [];
-  #head = 0;
-  #armed: AbortController | undefined;
+  readonly #deadlines: CallDeadlines;
 
   constructor(clock: Clock, timeoutMs: number) {
     this.clock = clock;
     this.timeoutMs = timeoutMs;
+    this.#deadlines = new CallDeadlines(clock);
   }
 
-  add(expire: () => void): Deadline {
-    const entry: Deadline = { at: this.clock.monotonic() + this.timeoutMs, expire, done: false };
-    this.#queue.push(entry);
-    if (!this.#armed) this.#arm(entry.at);
-    return entry;
-  }
-
-  #arm(at: number): void {
-    const timer = new AbortController();
-    this.#armed = timer;
-    this.clock.sleep(Math.max(0, at - this.clock.monotonic()), timer.signal, { unref: true }).then(
-      () => this.#fire(),
-      () => {},
-    );
-  }
-
-  #fire(): void {
-    this.#armed = undefined;
-    const now = this.clock.monotonic();
-    for (;;) {
-      const entry = this.#queue[this.#head];
-      if (!entry || (!entry.done && entry.at > now)) break;
-      this.#head += 1;
-      if (!entry.done) {
-        entry.done = true;
-        entry.expire();
-      }
-    }
-    if (this.#head > 1024 && this.#head * 2 > this.#queue.length) {
-      this.#queue = this.#queue.slice(this.#head);
-      this.#head = 0;
-    }
-    const next = this.#queue[this.#head];
-    if (next) this.#arm(next.at);
-    else {
-      this.#queue = [];
-      this.#head = 0;
-    }
+  /** Calls `expire` one timeout from now unless the returned cancel function runs first. */
+  add(expire: () => void): () => void {
+    const entry = this.#deadlines.add(this.clock.monotonic() + this.timeoutMs, expire);
+    return () => this.#deadlines.delete(entry);
   }
 }
 
@@ -106,12 +63,12 @@ export function runRound<T>(
     const finish = (reason: TransportError): void => {
       if (finished) return;
       finished = true;
-      deadline.done = true;
+      cancelDeadline();
       // Calls still running belong to a round that is over: nothing they start from now on may land late.
       if (open > 0) calls.abort(reason);
       resolve(outcomes.slice());
     };
-    const deadline = options.deadlines.add(() =>
+    const cancelDeadline = options.deadlines.add(() =>
       finish(new TransportError(`no answer within ${options.deadlines.timeoutMs} ms`)),
     );
     const settle = (index: number, outcome: Outcome<T>): void => {
