@@ -5,8 +5,10 @@ import { boundedCall, CallDeadlines } from './bounded-call.js';
 import { type Clock, systemClock } from './clock.js';
 import {
   AcquireTimeoutError,
+  type AcquireTimeoutReason,
   ClientClosedError,
   InvalidArgumentError,
+  LockLostError,
   type LostReason,
   TransportError,
 } from './errors.js';
@@ -22,9 +24,10 @@ import {
   validateCallback,
   validateName,
 } from './options.js';
+import { PendingCallHold } from './pending-hold.js';
 import { RenewalScheduler } from './renewal-scheduler.js';
 import type { AcquireResult, Grant, Lease, LockService } from './service.js';
-import { fullJitterBackoff, jitter, renewIntervalMs, renewMarginMs, validUntil } from './timing.js';
+import { admissionMarginMs, fullJitterBackoff, jitter, renewIntervalMs, validUntil } from './timing.js';
 import { linkSignals, WakeSignal } from './wake-signal.js';
 
 function defaultOwnerId(): string {
@@ -65,6 +68,7 @@ export class LockClient {
   readonly #acquireCalls = new Set<(reason: unknown) => void>();
   readonly #host: HandleHost;
   readonly #deadlines: CallDeadlines;
+  readonly #hold = new PendingCallHold();
   #closed: Promise<void> | undefined;
   readonly #unwatchLeases: (() => void) | undefined;
 
@@ -95,8 +99,8 @@ export class LockClient {
     this.#unwatchLeases = service.watchLeases?.((tokens) => this.#leasesLost(tokens));
     this.#host = {
       clock: this.#clock,
-      renewNow: (handle) => this.#renewNow(handle),
-      releaseNow: (handle) => this.#releaseNow(handle),
+      renewNow: (handle) => this.#hold.hold(this.#renewNow(handle)),
+      release: (handle) => this.#hold.hold(this.#releaseHold(handle)),
       disposeFailed: (handle, error) => this.#callbackError(handle.name, 'release on dispose', error),
       pokeScheduler: () => this.#scheduler.poke(),
     };
@@ -109,15 +113,16 @@ export class LockClient {
 
   /**
    * Acquires `name`, waiting up to `options.waitMs` (default 0) while another owner holds it.
-   * Rejects with `AcquireTimeoutError` when the budget runs out, `TransportError` when the last attempt could not
-   * reach the service, the signal's reason when `options.signal` aborts, `ClientClosedError` after `close()`.
-   * Settles within `waitMs + operationTimeoutMs` even if the service hangs.
+   * Rejects with `AcquireTimeoutError` when the budget runs out (its `reason` says why), `TransportError` when the
+   * last attempt could not reach the service, the signal's reason when `options.signal` aborts,
+   * `ClientClosedError` after `close()`. Settles within `waitMs + operationTimeoutMs` even if the service hangs,
+   * and keeps the process alive until it does.
    */
   async acquire(name: string, options: AcquireOptions): Promise<LockHandle> {
     this.#assertOpen();
     const lockName = validateName(name);
     const opts = resolveAcquireOptions(options);
-    return this.#track(this.#acquire(lockName, opts));
+    return this.#hold.hold(this.#track(this.#acquire(lockName, opts)));
   }
 
   /** Like {@link acquire}, but resolves null instead of rejecting when the lock stays busy. */
@@ -133,6 +138,11 @@ export class LockClient {
   /**
    * Runs `fn` while holding `name` and releases afterwards, also when `fn` throws. `fn` should watch
    * `handle.signal` and pass `handle.fencingToken` to its writes.
+   *
+   * Resolves with `fn`'s result only if the lock was held until `fn` settled. If the lock was lost meanwhile
+   * (also when `fn` ignored the signal), it rejects with that `LockLostError` once `fn` has settled, so a result
+   * computed without the lock is never taken for a good one; if `close()` ended the hold, with `ClientClosedError`.
+   * When `fn` throws, its error wins (a loss is still reported through `onLost` and the `lost` event).
    */
   async withLock<T>(
     name: string,
@@ -141,13 +151,29 @@ export class LockClient {
   ): Promise<T> {
     validateCallback(fn, 'fn');
     const handle = await this.acquire(name, options);
+    let result: T;
     try {
-      return await fn(handle);
-    } finally {
-      await handle
-        .release()
-        .catch((error: unknown) => this.#callbackError(name, 'release after withLock', error));
+      result = await fn(handle);
+    } catch (error) {
+      await this.#endWithLock(handle, name, false);
+      throw (handle as Handle).releasedByClose ? new ClientClosedError({ cause: error }) : error;
     }
+    await this.#endWithLock(handle, name, true);
+    return result;
+  }
+
+  /** Releases after `withLock`'s function; a loss is thrown only when `fn` succeeded (otherwise its error wins). */
+  async #endWithLock(handle: LockHandle, name: string, rethrowLoss: boolean): Promise<void> {
+    try {
+      await handle.release();
+    } catch (error) {
+      if (error instanceof LockLostError) {
+        if (rethrowLoss) throw error;
+      } else {
+        this.#callbackError(name, 'release after withLock', error);
+      }
+    }
+    if (rethrowLoss && (handle as Handle).releasedByClose) throw new ClientClosedError();
   }
 
   /**
@@ -179,9 +205,11 @@ export class LockClient {
   /**
    * Idempotent. Stops renewals, rejects pending acquires with `ClientClosedError`, releases every held handle
    * (each bounded by `operationTimeoutMs`) and closes watches. Does not close the service, which the caller owns.
+   * A lease acquired with `renew: false` is not released: it was granted for its TTL, and freeing it early would
+   * let the work it guards run twice in one period; its handle is left to run out.
    */
   close(): Promise<void> {
-    this.#closed ??= this.#close();
+    this.#closed ??= this.#hold.hold(this.#close()).finally(() => this.#hold.stop());
     return this.#closed;
   }
 
@@ -197,7 +225,12 @@ export class LockClient {
     this.#unwatchLeases?.();
     for (const unsubscribe of [...this.#watches]) unsubscribe();
     const releases = [...this.#held].map((handle) => {
+      if (!handle.renews) {
+        this.#forget(handle);
+        return Promise.resolve();
+      }
       handle.holds = 1;
+      handle.releasedByClose = true;
       return this.#releaseNow(handle).catch(() => {});
     });
     await Promise.allSettled([...releases, ...this.#pending]);
@@ -229,6 +262,8 @@ export class LockClient {
     let unwatch: (() => void) | undefined;
     let attempts = 0;
     let lastError: unknown;
+    /** Whether the last answer was a grant given back for lack of validity, not a refusal. */
+    let spentInTransit = false;
     try {
       for (;;) {
         if (signal.aborted) throw signal.reason;
@@ -284,10 +319,11 @@ export class LockClient {
             return handle;
           }
         }
+        if (result) spentInTransit = result.acquired;
         const now = clock.monotonic();
         if (now >= deadline) {
           if (lastError !== undefined) throw lastError;
-          throw new AcquireTimeoutError(name, now - startedAt, attempts);
+          throw new AcquireTimeoutError(name, now - startedAt, attempts, this.#refusal(name, spentInTransit));
         }
         unwatch ??= this.#watchQuietly(name, () => wake.notify());
         const hint = result && !result.acquired ? result.holderExpiresInMs : undefined;
@@ -303,6 +339,14 @@ export class LockClient {
       unwatch?.();
       linked.dispose();
     }
+  }
+
+  /** Why the budget ran out: this client's own other handle, grants that arrived too late, or another owner. */
+  #refusal(name: string, spentInTransit: boolean): AcquireTimeoutReason {
+    for (const handle of this.#held) {
+      if (handle.name === name && handle.isHeld()) return 'held-by-this-client';
+    }
+    return spentInTransit ? 'spent-in-transit' : 'held-by-another-owner';
   }
 
   /** Watches are a latency optimisation: a service that cannot set one up leaves the waiter to its backoff. */
@@ -330,9 +374,10 @@ export class LockClient {
     const now = clock.monotonic();
     // The TTL started no earlier than the request that won, which a queueing service reports; never after `now`.
     const anchor = sentAt + Math.min(grant.queuedMs ?? 0, now - sentAt);
-    const rtt = now - anchor;
+    // One request's round trip: what a renewal will take. A service that made several reports the last one's.
+    const roundTrip = Math.min(grant.roundTripMs ?? Number.POSITIVE_INFINITY, now - anchor);
     const expiresAt = validUntil(anchor, grant.ttlMs, this.#options.driftFactor);
-    if (signal.aborted || expiresAt - now <= renewMarginMs(rtt)) {
+    if (signal.aborted || expiresAt - now <= admissionMarginMs(roundTrip)) {
       // Never hand out a handle whose window has already closed (node-redlock #296); free the lock for others.
       this.#abandon(name, grant);
       if (signal.aborted) throw signal.reason;
@@ -349,8 +394,8 @@ export class LockClient {
       ttlMs: grant.ttlMs,
       expiresAt,
       renewDueAt: anchor + jitter(renewIntervalMs(grant.ttlMs), () => clock.random()),
-      rttMs: rtt,
       reentrant: opts.reentrant,
+      renews: opts.renew,
       onLost: opts.onLost,
     });
     this.#held.add(handle);
@@ -401,6 +446,22 @@ export class LockClient {
 
   async #renewNow(handle: Handle): Promise<boolean> {
     return this.#scheduler.renewOne(handle);
+  }
+
+  /**
+   * One `release()` of a handle still in state `held`. Its window is checked first: a release after the window
+   * closed (a pause past the lease) must not report a clean end. The handle is then lost, and `#lose` still sends
+   * the owner-checked delete.
+   */
+  async #releaseHold(handle: Handle): Promise<void> {
+    if (this.#clock.monotonic() >= handle.expiresAt) this.#lose(handle, 'expired', undefined);
+    const lost = handle.lostError;
+    if (lost) throw lost;
+    if (handle.holds > 1) {
+      handle.holds -= 1;
+      return;
+    }
+    await this.#releaseNow(handle);
   }
 
   async #releaseNow(handle: Handle): Promise<void> {

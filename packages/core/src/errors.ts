@@ -40,16 +40,37 @@ export class InvalidArgumentError extends DLockError {
   }
 }
 
-/** The wait budget ran out while another owner held the lock. */
+/** Why an acquire ran out of budget without a lock. */
+export type AcquireTimeoutReason =
+  /** The service kept refusing: another owner held the lock (or, on Redlock, contended for it). */
+  | 'held-by-another-owner'
+  /** This same client holds the lock through another handle; `reentrant: true` would have shared it. */
+  | 'held-by-this-client'
+  /**
+   * The service granted the lock, but the grant arrived with too little of its validity window left for one
+   * renewal round trip, so it was given back: the budget went to transit, not to a holder.
+   */
+  | 'spent-in-transit';
+
+const TIMEOUT_EXPLANATIONS: Record<AcquireTimeoutReason, string> = {
+  'held-by-another-owner': 'is held by another owner',
+  'held-by-this-client':
+    'is held by this same client through another handle (pass reentrant: true to share it)',
+  'spent-in-transit':
+    'was granted, but each grant arrived with less validity left than one round trip and was given back (raise ttlMs or waitMs)',
+};
+
+/** The wait budget ran out without a lock; `reason` says why. */
 export class AcquireTimeoutError extends DLockError {
   readonly code = 'ACQUIRE_TIMEOUT';
   constructor(
     readonly lockName: string,
     readonly waitedMs: number,
     readonly attempts: number,
+    readonly reason: AcquireTimeoutReason = 'held-by-another-owner',
   ) {
     super(
-      `lock "${lockName}" is held by another owner; gave up after ${Math.round(waitedMs)} ms and ${attempts} attempt(s)`,
+      `lock "${lockName}" ${TIMEOUT_EXPLANATIONS[reason]}; gave up after ${Math.round(waitedMs)} ms and ${attempts} attempt(s)`,
     );
   }
 }
@@ -60,10 +81,16 @@ export type LostReason =
   | 'expired'
   /** The service answered that this grant no longer owns the lock. */
   | 'rejected'
-  /** Renewals failed with transport errors more often in a row than `renewFailBudget` allows. */
+  /**
+   * Renewals kept failing with transport errors until the validity window closed (or, when `renewFailBudget` is
+   * set, that many times in a row).
+   */
   | 'unreachable';
 
-/** The lock was lost: another owner may hold it now. Used as `handle.signal.reason`. */
+/**
+ * The lock was lost: another owner may hold it now. Used as `handle.signal.reason`, and the rejection of
+ * `release()` and `withLock` when the lock did not last until the end of the work.
+ */
 export class LockLostError extends DLockError {
   readonly code = 'LOCK_LOST';
   constructor(
@@ -98,7 +125,7 @@ export class TransportError extends DLockError {
 /** The client was closed; it accepts no further calls. */
 export class ClientClosedError extends DLockError {
   readonly code = 'CLIENT_CLOSED';
-  constructor() {
-    super('the lock client is closed');
+  constructor(options?: { cause?: unknown }) {
+    super('the lock client is closed', options);
   }
 }

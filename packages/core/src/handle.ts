@@ -16,7 +16,10 @@ export interface LockHandle extends AsyncDisposable {
   readonly name: string;
   /** Strictly increasing per lock name across grants; attach it to every protected write. */
   readonly fencingToken: bigint;
-  /** `held` until released or lost; `lost` and `released` are final. */
+  /**
+   * `held` until released or lost; `lost` and `released` are final. A handle whose validity window closed is
+   * `lost` (reason `expired`) as soon as the client notices: at its next renewal tick, or at `release()`.
+   */
   readonly state: HandleState;
   /** End of the usable window on the client's monotonic clock (`Clock.monotonic()`), drift already deducted. */
   readonly expiresAt: number;
@@ -36,9 +39,17 @@ export interface LockHandle extends AsyncDisposable {
    */
   renew(): Promise<boolean>;
   /**
-   * Idempotent. For a reentrant handle, only the last of the nested releases contacts the service. Resolves at once
-   * on a lost handle. Rejects with `TransportError` if the service could not be told; the handle is released
-   * locally all the same and the lease runs out by its TTL.
+   * Ends the hold and tells the service. For a reentrant handle, only the last of the nested releases contacts the
+   * service. Resolves when the lock was held up to this call; calling it again then resolves at once.
+   *
+   * Rejects with the handle's `LockLostError` when the lock did not last until this call: the handle was lost
+   * earlier, or its validity window has closed (a pause past the lease). In that case the handle becomes `lost`
+   * (reason `expired`), `onLost` runs once, and the owner-checked delete is still sent, so a lease that happens to
+   * remain is freed and a successor's lock is never touched. Whatever ran under the lock must be treated as having
+   * run without it.
+   *
+   * Rejects with `TransportError` if the service could not be told; the handle is released locally all the same
+   * and the lease runs out by its TTL.
    */
   release(): Promise<void>;
 }
@@ -47,7 +58,8 @@ export interface LockHandle extends AsyncDisposable {
 export interface HandleHost {
   readonly clock: Clock;
   renewNow(handle: Handle): Promise<boolean>;
-  releaseNow(handle: Handle): Promise<void>;
+  /** Ends one hold of `handle` (state `held`): checks the window, counts nesting, releases on the service. */
+  release(handle: Handle): Promise<void>;
   disposeFailed(handle: Handle, error: unknown): void;
   pokeScheduler(): void;
 }
@@ -61,13 +73,18 @@ export class Handle implements LockHandle {
   readonly lease: Lease;
   readonly acquiredAt: number;
   readonly reentrant: boolean;
+  /** False for a lease granted once and left to run out (`renew: false`). */
+  readonly renews: boolean;
   ttlMs: number;
   expiresAt: number;
   /** Monotonic time the next renewal is due. */
   renewDueAt: number;
   renewInFlight = false;
   renewFailures = 0;
-  rttEstimateMs: number;
+  /** The transport error of the last renewal, until one succeeds: the window closing after it means unreachable. */
+  lastRenewError: Error | undefined;
+  /** Set when `close()` released this handle, so `withLock` can say the client closed, not that work finished. */
+  releasedByClose = false;
   /** Nesting depth of reentrant acquires still to be released. */
   holds = 1;
   readonly #host: HandleHost;
@@ -75,6 +92,8 @@ export class Handle implements LockHandle {
   #controller: AbortController | undefined;
   /** Builds the signal's abort reason; errors capture a stack, so only when someone looks. */
   #endReason: (() => Error) | undefined;
+  /** The error this handle was lost with, made once: `release()` and the signal report the same one. */
+  #lostError: LockLostError | undefined;
   readonly #lostCallbacks: LostCallback[] = [];
   #state: HandleState = 'held';
 
@@ -84,8 +103,8 @@ export class Handle implements LockHandle {
     ttlMs: number;
     expiresAt: number;
     renewDueAt: number;
-    rttMs: number;
     reentrant: boolean;
+    renews: boolean;
     onLost: LostCallback | undefined;
   }) {
     this.#host = init.host;
@@ -95,8 +114,8 @@ export class Handle implements LockHandle {
     this.ttlMs = init.ttlMs;
     this.expiresAt = init.expiresAt;
     this.renewDueAt = init.renewDueAt;
-    this.rttEstimateMs = init.rttMs;
     this.reentrant = init.reentrant;
+    this.renews = init.renews;
     this.acquiredAt = init.host.clock.monotonic();
     if (init.onLost) this.#lostCallbacks.push(init.onLost);
   }
@@ -127,21 +146,29 @@ export class Handle implements LockHandle {
   }
 
   release(): Promise<void> {
-    if (this.#state !== 'held') return Promise.resolve();
-    if (this.holds > 1) {
-      this.holds -= 1;
-      return Promise.resolve();
-    }
-    return this.#host.releaseNow(this);
+    if (this.#state === 'released') return Promise.resolve();
+    if (this.#lostError) return Promise.reject(this.#lostError);
+    return this.#host.release(this);
   }
 
+  /**
+   * Releases at scope exit. A lock lost before the scope ended is thrown (`LockLostError`): the scope's work ran
+   * without the lock, and a clean exit would say otherwise (if the body threw too, JavaScript reports both in a
+   * `SuppressedError`). A release the service did not hear of is only reported as a `callback-error` event: the
+   * lock was held to the end, and its lease runs out by itself.
+   */
   async [Symbol.asyncDispose](): Promise<void> {
     try {
       await this.release();
     } catch (error) {
-      // Disposal runs in `finally` position, where throwing would mask the body's own error.
+      if (error instanceof LockLostError) throw error;
       this.#host.disposeFailed(this, error);
     }
+  }
+
+  /** @internal The error of a lost handle, undefined while it is not lost. */
+  get lostError(): LockLostError | undefined {
+    return this.#lostError;
   }
 
   /** @internal A reentrant acquire returned this handle. */
@@ -164,7 +191,9 @@ export class Handle implements LockHandle {
     if (this.#state !== 'held') return null;
     this.#state = 'lost';
     this.holds = 0;
-    this.#end(() => new LockLostError(this.name, this.fencingToken, reason, { cause }));
+    const error = new LockLostError(this.name, this.fencingToken, reason, { cause });
+    this.#lostError = error;
+    this.#end(() => error);
     return this.#lostCallbacks.splice(0);
   }
 

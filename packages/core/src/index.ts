@@ -3,6 +3,7 @@ export { LockClient } from './client.js';
 export { type Clock, type SleepOptions, systemClock } from './clock.js';
 export {
   AcquireTimeoutError,
+  type AcquireTimeoutReason,
   ClientClosedError,
   DLockError,
   type DLockErrorCode,

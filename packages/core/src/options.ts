@@ -1,6 +1,7 @@
 import type { Clock } from './clock.js';
 import { InvalidArgumentError, type LostReason } from './errors.js';
 import type { LockHandle } from './handle.js';
+import { rejectUnknownKeys } from './option-keys.js';
 
 /** Node timers overflow past this many milliseconds and fire at once. */
 export const MAX_TIMER_MS = 2 ** 31 - 1;
@@ -20,7 +21,11 @@ export interface LockClientOptions {
   readonly ownerId?: string;
   /** Fraction of the TTL reserved for clock-rate differences between client and service. Default 0.01. */
   readonly driftFactor?: number;
-  /** Consecutive renewal transport failures after which a handle is Lost. Default 2. */
+  /**
+   * Consecutive renewal transport failures after which a handle is Lost (`unreachable`) even though its validity
+   * window is still open. Default: no such limit; failed renewals are retried until the window closes, so a short
+   * connection reset does not cost a healthy lock. Set it to give up earlier.
+   */
   readonly renewFailBudget?: number;
   readonly retry?: RetryOptions;
   /** Upper bound, in ms, on any single call to the service; a call that takes longer is a `TransportError`. Default 5000. */
@@ -38,6 +43,12 @@ export interface AcquireOptions {
   readonly signal?: AbortSignal;
   /** Called once if the lock is lost; exceptions thrown here are caught and reported as `callback-error` events. */
   readonly onLost?: (handle: LockHandle, reason: LostReason) => void;
+  /**
+   * Keep the lease alive by renewing it. Default true. With `false` the lease is granted once and runs out after
+   * `ttlMs` unless released: the handle then ends `lost` with reason `expired`, and `close()` leaves it to run out
+   * instead of releasing it — the "at most once per period" pattern (see the README).
+   */
+  readonly renew?: boolean;
 }
 
 export interface ResolvedClientOptions {
@@ -56,7 +67,19 @@ export interface ResolvedAcquireOptions {
   readonly reentrant: boolean;
   readonly signal: AbortSignal | undefined;
   readonly onLost: ((handle: LockHandle, reason: LostReason) => void) | undefined;
+  readonly renew: boolean;
 }
+
+const CLIENT_OPTION_KEYS = [
+  'clock',
+  'ownerId',
+  'driftFactor',
+  'renewFailBudget',
+  'retry',
+  'operationTimeoutMs',
+] as const;
+const RETRY_OPTION_KEYS = ['baseMs', 'capMs'] as const;
+const ACQUIRE_OPTION_KEYS = ['ttlMs', 'waitMs', 'reentrant', 'signal', 'onLost', 'renew'] as const;
 
 const utf8 = new TextEncoder();
 
@@ -118,10 +141,12 @@ export function resolveClientOptions(
 ): ResolvedClientOptions {
   const o = optional(options, {}, (v) => {
     check(isObject(v), 'options', () => `must be an object, got ${describe(v)}`);
+    rejectUnknownKeys(v, 'options', CLIENT_OPTION_KEYS);
     return v;
   }) as Record<string, unknown>;
   const retry = optional(o['retry'], {}, (v) => {
     check(isObject(v), 'options.retry', () => `must be an object, got ${describe(v)}`);
+    rejectUnknownKeys(v, 'options.retry', RETRY_OPTION_KEYS);
     return v;
   }) as Record<string, unknown>;
   const retryBaseMs = optional(retry['baseMs'], 50, (v) =>
@@ -143,7 +168,7 @@ export function resolveClientOptions(
       }) ?? defaults.ownerId(),
     // Above 0.5 more than half of every lease would be thrown away: almost certainly a unit mistake.
     driftFactor: optional(o['driftFactor'], 0.01, (v) => numberIn(v, 'options.driftFactor', 0, 0.5, false)),
-    renewFailBudget: optional(o['renewFailBudget'], 2, (v) =>
+    renewFailBudget: optional(o['renewFailBudget'], Number.POSITIVE_INFINITY, (v) =>
       numberIn(v, 'options.renewFailBudget', 1, 1000, true),
     ),
     retryBaseMs,
@@ -160,18 +185,22 @@ export function resolveAcquireOptions(options: unknown): ResolvedAcquireOptions 
     'options',
     () => `must be an object with at least ttlMs, got ${describe(options)}`,
   );
+  rejectUnknownKeys(options, 'options', ACQUIRE_OPTION_KEYS);
   const signal = options['signal'];
   check(signal === undefined || signal instanceof AbortSignal, 'options.signal', 'must be an AbortSignal');
   const onLost = options['onLost'];
   check(onLost === undefined || typeof onLost === 'function', 'options.onLost', 'must be a function');
   const reentrant = options['reentrant'];
   check(reentrant === undefined || typeof reentrant === 'boolean', 'options.reentrant', 'must be a boolean');
+  const renew = options['renew'];
+  check(renew === undefined || typeof renew === 'boolean', 'options.renew', 'must be a boolean');
   return {
     ttlMs: numberIn(options['ttlMs'], 'options.ttlMs', MIN_TTL_MS, MAX_TIMER_MS, true),
     waitMs: optional(options['waitMs'], 0, (v) => numberIn(v, 'options.waitMs', 0, MAX_TIMER_MS, false)),
     reentrant: reentrant ?? false,
     signal,
     onLost: onLost as ResolvedAcquireOptions['onLost'],
+    renew: renew ?? true,
   };
 }
 

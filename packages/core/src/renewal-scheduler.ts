@@ -4,7 +4,7 @@ import { isDLockError, type LostReason, TransportError } from './errors.js';
 import type { LockEvents } from './events.js';
 import type { Handle } from './handle.js';
 import type { LockService, RenewRequest, RenewResult } from './service.js';
-import { jitter, renewIntervalMs, renewMarginMs, updateRttEstimate, validUntil } from './timing.js';
+import { jitter, renewIntervalMs, renewRetryDelayMs, validUntil } from './timing.js';
 
 const DISARMED = Symbol('disarmed');
 
@@ -14,6 +14,7 @@ export interface RenewalSchedulerDeps {
   readonly service: LockService;
   readonly events: LockEvents;
   readonly driftFactor: number;
+  /** Consecutive transport failures that make a handle Lost while its window is open; Infinity: only the window. */
   readonly renewFailBudget: number;
   readonly operationTimeoutMs: number;
   /** Moves a handle to Lost and runs its callbacks. */
@@ -22,9 +23,11 @@ export interface RenewalSchedulerDeps {
 
 /**
  * One timer for every handle of a client, however many (10,000 handles are 10,000 entries, not 10,000 timers).
- * Each tick first declares Lost every handle whose remaining validity cannot cover another renewal round trip —
- * without asking the service, so a process resuming from a pause learns it at once — then renews everything due
- * soon in one batch (`renewMany` when the service has it).
+ * Each tick first declares Lost every handle whose validity window has closed — without asking the service, so a
+ * process resuming from a pause learns it at once — then renews everything due soon in one batch (`renewMany`
+ * when the service has it). A handle stays held until its window closes, also while a renewal is in flight, and a
+ * renewal that fails is retried inside the window: loss is judged against the window, not against a count of
+ * failures or a guess at the next round trip.
  */
 export class RenewalScheduler {
   readonly #deps: RenewalSchedulerDeps;
@@ -78,13 +81,10 @@ export class RenewalScheduler {
     return outcome === true;
   }
 
-  #deadline(handle: Handle): number {
-    return handle.expiresAt - renewMarginMs(handle.rttEstimateMs);
-  }
-
   #nextWake(handle: Handle): number {
-    const deadline = this.#deadline(handle);
-    return handle.renewInFlight ? deadline : Math.min(deadline, handle.renewDueAt);
+    return handle.renewInFlight || !handle.renews
+      ? handle.expiresAt
+      : Math.min(handle.expiresAt, handle.renewDueAt);
   }
 
   #arm(): void {
@@ -126,14 +126,18 @@ export class RenewalScheduler {
         this.#handles.delete(handle);
         continue;
       }
-      if (now >= this.#deadline(handle)) {
+      if (now >= handle.expiresAt) {
         this.#handles.delete(handle);
-        this.#deps.lose(handle, 'expired', undefined);
+        this.#loseClosed(handle);
         continue;
       }
       // Renewals due within a fifth of their interval go now, together: renewing a little early costs nothing,
       // and it turns many nearly-simultaneous renewals into one round trip.
-      if (!handle.renewInFlight && handle.renewDueAt - now <= renewIntervalMs(handle.ttlMs) / 5)
+      if (
+        handle.renews &&
+        !handle.renewInFlight &&
+        handle.renewDueAt - now <= renewIntervalMs(handle.ttlMs) / 5
+      )
         batch.push(handle);
     }
     if (batch.length > 0) {
@@ -176,6 +180,12 @@ export class RenewalScheduler {
     return outcomes;
   }
 
+  /** The window closed: `unreachable` if the renewals meant to extend it failed, `expired` otherwise (a pause). */
+  #loseClosed(handle: Handle): void {
+    const error = handle.lastRenewError;
+    this.#deps.lose(handle, error === undefined ? 'expired' : 'unreachable', error);
+  }
+
   #apply(handle: Handle, result: RenewResult | Error | undefined, sentAt: number): boolean | Error {
     const { clock, driftFactor, renewFailBudget, events, lose } = this.#deps;
     if (handle.state !== 'held') return false;
@@ -183,6 +193,7 @@ export class RenewalScheduler {
     if (result === undefined || result instanceof Error) {
       const error = result ?? new TransportError('renew returned no result');
       handle.renewFailures += 1;
+      handle.lastRenewError = error;
       events.emit('renew-failed', {
         name: handle.name,
         fencingToken: handle.fencingToken,
@@ -190,12 +201,12 @@ export class RenewalScheduler {
         failures: handle.renewFailures,
         error,
       });
-      if (handle.renewFailures >= renewFailBudget) {
+      if (handle.renewFailures >= renewFailBudget || now >= handle.expiresAt) {
         this.#handles.delete(handle);
         lose(handle, 'unreachable', error);
       } else {
-        // Retry sooner than a full interval: the lease still has about two thirds of its life left.
-        handle.renewDueAt = now + jitter(renewIntervalMs(handle.ttlMs) / 2, () => clock.random());
+        handle.renewDueAt =
+          now + jitter(renewRetryDelayMs(handle.ttlMs, handle.expiresAt - now), () => clock.random());
       }
       return error;
     }
@@ -204,12 +215,19 @@ export class RenewalScheduler {
       lose(handle, 'rejected', undefined);
       return false;
     }
+    if (now >= handle.expiresAt) {
+      // The answer came after the window closed (a pause, or a round trip longer than what was left): for the time
+      // in between this process believed nothing, and `isHeld()` said false. A late yes cannot vouch for that gap.
+      this.#handles.delete(handle);
+      this.#loseClosed(handle);
+      return false;
+    }
     handle.renewFailures = 0;
+    handle.lastRenewError = undefined;
     if (result.ttlMs !== undefined && Number.isFinite(result.ttlMs) && result.ttlMs > 0)
       handle.ttlMs = result.ttlMs;
     // The service confirmed ownership at some instant after sentAt, so the new window counts from sentAt.
     handle.expiresAt = Math.max(handle.expiresAt, validUntil(sentAt, handle.ttlMs, driftFactor));
-    handle.rttEstimateMs = updateRttEstimate(handle.rttEstimateMs, now - sentAt);
     handle.renewDueAt = sentAt + jitter(renewIntervalMs(handle.ttlMs), () => clock.random());
     events.emit('renewed', {
       name: handle.name,

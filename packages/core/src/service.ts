@@ -20,6 +20,12 @@ export interface Grant {
    * than its TTL would look expired on arrival. Measure from entry into `acquire` to the send, never more.
    */
   readonly queuedMs?: number;
+  /**
+   * For an acquire that made several requests (a lease grant, then the write that won): the round trip of the last
+   * one, in ms. Core hands a grant out only if one renewal round trip still fits in its window; without this field
+   * it takes the whole time since the validity anchor as that round trip, which counts every request twice.
+   */
+  readonly roundTripMs?: number;
 }
 
 /** What core needs to name one grant in `renew` and `release`. */

@@ -41,19 +41,23 @@ export function fullJitterBackoff(
 }
 
 /**
- * How close to the deadline a renewal may still be sent. A renewal that cannot complete before the deadline cannot
- * keep the lease, so below this margin the handle is declared Lost without asking the service.
+ * A grant is handed out only if one renewal round trip still fits in what is left of its window: a handle that
+ * could not be renewed even once before its window closes would be lost as soon as it is held. At least 1 ms.
  *
- * The margin is the slowest round trip seen recently (decaying, so one slow outlier does not stick), and at least
- * 1 ms. The design note's "within 2 × interval of expiry" rule is wrong: after a normal first tick at up to
- * 1.1·ttl/3 only about 0.63·ttl − drift remains, which is already less than 2·ttl/3, so every handle would be
- * declared Lost on its first renewal.
+ * This margin is for admission only. A held handle stays held until its window actually closes, also while a
+ * renewal is in flight: declaring it lost a round trip early would make every lock unkeepable once the round trip
+ * exceeds about a third of the TTL, the point where renewals sent at ttl/3 come back.
  */
-export function renewMarginMs(rttEstimateMs: number): number {
-  return Math.max(1, rttEstimateMs);
+export function admissionMarginMs(roundTripMs: number): number {
+  return Math.max(1, roundTripMs);
 }
 
-/** Folds a new round-trip sample into the estimate: jumps up at once, decays by half per sample. */
-export function updateRttEstimate(previousMs: number, sampleMs: number): number {
-  return Math.max(sampleMs, previousMs / 2);
+/**
+ * How long after a renewal that failed with a transport error to try again: a third of what is left of the window,
+ * so that several tries fit before it closes and a short outage (a reset connection, a reconnect) is ridden out;
+ * never later than half a renewal interval; never sooner than 5 ms, since a refused connection fails in
+ * microseconds and a tighter loop would only burn CPU.
+ */
+export function renewRetryDelayMs(ttlMs: number, remainingMs: number): number {
+  return Math.max(5, Math.min(renewIntervalMs(ttlMs) / 2, remainingMs / 3));
 }

@@ -33,4 +33,61 @@ describe('the built package in a real process', () => {
     expect(result.stdout.trim()).toBe('ACQUIRE_TIMEOUT');
     expect(result.code).toBe(0);
   });
+
+  // A service that never answers and holds nothing open (a node-redis client never connected, a fault proxy's
+  // blackhole inside one process): the client's own reference must keep the process alive until the call settles.
+  const hungService = `
+    const hung = () => new Promise(() => {});
+    const service = { acquire: hung, renew: hung, release: hung, watch: () => () => {} };
+  `;
+
+  it('an acquire on a service that never answers settles (TransportError) instead of the process exiting silently', async () => {
+    const result = await run(`
+      import { LockClient } from '@dlock/core';
+      ${hungService}
+      const client = new LockClient(service, { operationTimeoutMs: 300 });
+      const started = performance.now();
+      try {
+        await client.acquire('job', { ttlMs: 1_000, waitMs: 200 });
+        console.log('acquired?!');
+      } catch (error) {
+        console.log(error.code, Math.round(performance.now() - started) >= 450);
+      }
+    `);
+    expect(result.stderr).toBe('');
+    expect(result.stdout.trim()).toBe('TRANSPORT true');
+    expect(result.code).toBe(0);
+  });
+
+  it('a release on a service that never answers settles too, and close() lets the process exit', async () => {
+    const result = await run(`
+      import { LockClient, MemoryLockService } from '@dlock/core';
+      ${hungService}
+      const memory = new MemoryLockService();
+      let hang = false;
+      const client = new LockClient(
+        {
+          acquire: (r) => memory.acquire(r),
+          renew: (r) => memory.renew(r),
+          release: (lease) => (hang ? new Promise(() => {}) : memory.release(lease)),
+          watch: () => () => {},
+        },
+        { operationTimeoutMs: 300 },
+      );
+      const handle = await client.acquire('job', { ttlMs: 60_000 });
+      hang = true;
+      try {
+        await handle.release();
+        console.log('released?!');
+      } catch (error) {
+        console.log(error.code);
+      }
+      await client.close();
+      console.log('closed');
+    `);
+    expect(result.stderr).toBe('');
+    expect(result.stdout.trim().split('\n')).toEqual(['TRANSPORT', 'closed']);
+    expect(result.code).toBe(0);
+    expect(result.ms).toBeLessThan(5_000);
+  });
 });

@@ -133,7 +133,7 @@ describe('handle lifecycle', () => {
     expect(onLost).toHaveBeenCalledTimes(1);
   });
 
-  it('terminal states are sticky: no revival, no network calls, renew() false, release() resolves', async () => {
+  it('terminal states are sticky: no revival, no network calls, renew() false, release() says lost or resolves', async () => {
     const { client, clock, faulty } = harness();
     const lost = await client.acquire('lost', { ttlMs: TTL });
     const released = await client.acquire('released', { ttlMs: TTL });
@@ -144,9 +144,11 @@ describe('handle lifecycle', () => {
     const before = { ...faulty.counts.attempted };
     expect(await lost.renew()).toBe(false);
     expect(await released.renew()).toBe(false);
-    await lost.release();
+    // A lost handle's release tells the truth every time, with the same error, and sends nothing more.
+    const firstRelease = lost.release();
+    await expect(firstRelease).rejects.toBeInstanceOf(LockLostError);
     await released.release();
-    await lost.release();
+    await expect(lost.release()).rejects.toBe(await firstRelease.catch((error: unknown) => error));
     expect(faulty.counts.attempted).toEqual(before);
     await clock.advance(5 * TTL);
     expect(lost.state).toBe('lost');

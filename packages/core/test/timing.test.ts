@@ -1,11 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import {
+  admissionMarginMs,
   driftMs,
   fullJitterBackoff,
   jitter,
   renewIntervalMs,
-  renewMarginMs,
-  updateRttEstimate,
+  renewRetryDelayMs,
   validUntil,
 } from '../src/timing.js';
 
@@ -30,20 +30,34 @@ describe('validity math', () => {
     expect(fullJitterBackoff(2, 50, 1000, () => 0)).toBe(0);
   });
 
-  it('uses the slowest recent round trip as the renewal margin, decaying, never below 1 ms', () => {
-    expect(renewMarginMs(0)).toBe(1);
-    expect(renewMarginMs(40)).toBe(40);
-    expect(updateRttEstimate(10, 80)).toBe(80);
-    expect(updateRttEstimate(80, 10)).toBe(40);
-    expect(updateRttEstimate(40, 10)).toBe(20);
+  it('admits a grant only if one round trip fits in its window, never with less than 1 ms', () => {
+    expect(admissionMarginMs(0)).toBe(1);
+    expect(admissionMarginMs(40)).toBe(40);
+  });
+
+  it('retries a failed renewal after a third of what is left, within [5 ms, interval / 2]', () => {
+    // TTL 1 s: interval 333 ms. Plenty left: half an interval. Little left: a third of it. Almost none: 5 ms.
+    expect(renewRetryDelayMs(1_000, 900)).toBeCloseTo(1_000 / 6, 6);
+    expect(renewRetryDelayMs(1_000, 300)).toBe(100);
+    expect(renewRetryDelayMs(1_000, 6)).toBe(5);
+    // A 200 ms outage starting at the first renewal (~333 ms) of a 1 s lease is ridden out: the tries land at
+    // 333 + 167 = 500 (still down) and 500 + (988 − 500) / 3 ≈ 663 (up again), before the window closes at 988.
+    const closesAt = validUntil(0, 1_000, 0.01);
+    let at = 333;
+    const tries = [at];
+    while (at < 533) {
+      at += renewRetryDelayMs(1_000, closesAt - at);
+      tries.push(at);
+    }
+    expect(tries.at(-1)).toBeLessThan(closesAt);
   });
 
   it('leaves room for a renewal at the latest jittered tick (the "2 × interval" rule would not)', () => {
     for (const ttl of [10, 100, 1_000, 30_000, 2 ** 31 - 1]) {
       const expiresAt = validUntil(0, ttl, 0.01);
       const latestTick = jitter(renewIntervalMs(ttl), () => 0.999999);
-      // Our rule: Lost only if what is left cannot cover a round trip. With a fast service the margin is ~1 ms.
-      expect(expiresAt - latestTick).toBeGreaterThan(renewMarginMs(0));
+      // Our rule: Lost only when the window closes; a renewal sent at the latest tick has almost 2/3 of it left.
+      expect(expiresAt - latestTick).toBeGreaterThan(admissionMarginMs(0));
       // The design note's rule would declare every healthy handle Lost on its first tick.
       expect(latestTick > expiresAt - 2 * renewIntervalMs(ttl)).toBe(true);
     }

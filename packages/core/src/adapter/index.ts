@@ -1,0 +1,5 @@
+/**
+ * Tools for writing a backend (`@dlock/core/adapter`), kept out of the root entry point that applications import.
+ */
+export { boundedCall, CallDeadlines } from '../bounded-call.js';
+export { closestKey, rejectUnknownKeys } from '../option-keys.js';
