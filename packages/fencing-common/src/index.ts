@@ -7,6 +7,7 @@ export {
   isDLockError,
   StaleFencingTokenError,
 } from './errors.js';
+export { closestKey, rejectUnknownKeys } from './option-keys.js';
 export {
   createTableRacingOthers,
   type PostgresFencingStatements,

@@ -71,4 +71,26 @@ describe('withFenceRetry', () => {
       InvalidArgumentError,
     );
   });
+
+  it('refuses a misspelt option before the first attempt, naming the key meant', async () => {
+    let calls = 0;
+    const attempt = async () => {
+      calls++;
+      return 'ran';
+    };
+    const misspelt: [object, string, string][] = [
+      [{ maxAttempt: 1 }, 'options.maxAttempt', 'maxAttempts'],
+      [{ maxDelayMS: 0 }, 'options.maxDelayMS', 'maxDelayMs'],
+      [{ abortSignal: new AbortController().signal }, 'options.abortSignal', 'signal'],
+    ];
+    for (const [options, field, meant] of misspelt) {
+      const error = await withFenceRetry(attempt, options as never).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(InvalidArgumentError);
+      expect(error).toMatchObject({ code: 'INVALID_ARGUMENT', field });
+      expect((error as Error).message).toContain(`did you mean "${meant}"?`);
+    }
+    await expect(withFenceRetry(attempt, null as never)).rejects.toMatchObject({ field: 'options' });
+    expect(calls).toBe(0);
+    expect(await withFenceRetry(attempt, { maxAttempts: 1, baseDelayMs: 0, maxDelayMs: 0 })).toBe('ran');
+  });
 });

@@ -1,4 +1,7 @@
 import { InvalidArgumentError, isDLockError } from './errors.js';
+import { rejectUnknownKeys } from './option-keys.js';
+
+const RETRY_OPTION_KEYS: readonly string[] = ['maxAttempts', 'baseDelayMs', 'maxDelayMs', 'signal'];
 
 /** Bounds for {@link withFenceRetry}. */
 export interface FenceRetryOptions {
@@ -29,6 +32,7 @@ export async function withFenceRetry<T>(
   attempt: (attemptNumber: number) => Promise<T>,
   options: FenceRetryOptions = {},
 ): Promise<T> {
+  rejectUnknownKeys(options, 'options', RETRY_OPTION_KEYS);
   const maxAttempts = options.maxAttempts ?? 5;
   const baseDelayMs = options.baseDelayMs ?? 10;
   const maxDelayMs = options.maxDelayMs ?? 250;

@@ -6,6 +6,7 @@ import {
   type FencingTokenInput,
   InvalidArgumentError,
   parseFencingToken,
+  rejectUnknownKeys,
   StaleFencingTokenError,
 } from '@dlock/fencing-common';
 import {
@@ -63,6 +64,20 @@ export interface FencedOptions extends FencingTableOptions {
   readonly lockTimeoutMs?: number;
 }
 
+/**
+ * Every key a call of this package reads. Each call accepts all of them, so one {@link FencedOptions} object can be
+ * shared by `fenced`, `highWaterMark`, `ensureFencingTable`, `fencingMigration` and `fencingSql` (TypeScript lets it
+ * through where the narrower type is declared); the keys a call has no use for change nothing there. Any other key
+ * is a typo and is refused.
+ */
+export const FENCING_OPTION_KEYS: readonly string[] = Object.freeze([
+  'table',
+  'schema',
+  'dialect',
+  'isolationLevel',
+  'lockTimeoutMs',
+]);
+
 interface Gate {
   readonly dialect: FencingDialect;
   readonly sql: FencingDialectSql;
@@ -111,7 +126,8 @@ export function detectDialect<DB>(db: Kysely<DB>): FencingDialectName {
 }
 
 /**
- * The SQL the gate runs on one dialect, for your own migrations or review.
+ * The SQL the gate runs on one dialect, for your own migrations or review. `options` may be a whole
+ * {@link FencedOptions} object; its `dialect`, if set, must agree with the `dialect` argument.
  *
  * @example
  * ```ts
@@ -119,6 +135,11 @@ export function detectDialect<DB>(db: Kysely<DB>): FencingDialectName {
  * ```
  */
 export function fencingSql(dialect: FencingDialectName, options: Omit<FencingTableOptions, 'dialect'> = {}) {
+  rejectUnknownKeys(options, 'options', FENCING_OPTION_KEYS);
+  const told = (options as FencingTableOptions).dialect;
+  if (told !== undefined && told !== dialect) {
+    throw new InvalidArgumentError('options.dialect', `conflicts with the dialect argument "${dialect}"`);
+  }
   const { table, schema } = tableLocation(options);
   return dialectNamed(dialect, 'dialect').sql(table, schema);
 }
@@ -148,7 +169,7 @@ function isTransaction<DB>(db: Kysely<DB>): db is Transaction<DB> {
  * @throws {StaleFencingTokenError} `token` is below the stored mark; nothing was written.
  * @throws {FenceConflictError} serialization failure or deadlock; retry the whole call (`withFenceRetry`).
  * @throws {FenceBusyError} the fence row stayed locked past the wait bound.
- * @throws {InvalidArgumentError} bad resource, token or options, before any SQL.
+ * @throws {InvalidArgumentError} bad resource, token or options (an unknown key included), before any SQL.
  */
 export async function fenced<DB, T>(
   db: Kysely<DB> | Transaction<DB>,
@@ -157,6 +178,7 @@ export async function fenced<DB, T>(
   fn: (trx: Transaction<DB>) => Promise<T>,
   options: FencedOptions = {},
 ): Promise<T> {
+  rejectUnknownKeys(options, 'options', FENCING_OPTION_KEYS);
   const fence = { resource: assertResource(resource), token: parseFencingToken(token) };
   if (typeof fn !== 'function') throw new InvalidArgumentError('fn', 'must be a function');
   const gate = resolveGate(db, options);
@@ -194,12 +216,14 @@ export async function fenced<DB, T>(
 
 /**
  * The stored mark for `resource`, or `null` if no token was ever accepted for it. A read, not a fence.
+ * `options` may be the same object passed to {@link fenced}; `isolationLevel` and `lockTimeoutMs` do nothing here.
  */
 export async function highWaterMark<DB>(
   db: Kysely<DB>,
   resource: string,
   options: FencingTableOptions = {},
 ): Promise<bigint | null> {
+  rejectUnknownKeys(options, 'options', FENCING_OPTION_KEYS);
   const checked = assertResource(resource);
   const gate = resolveGate(db, options);
   return readMark(db, gate.sql.highWaterMark, checked);

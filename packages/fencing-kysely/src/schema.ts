@@ -1,6 +1,6 @@
-import { createTableRacingOthers } from '@dlock/fencing-common';
+import { createTableRacingOthers, rejectUnknownKeys } from '@dlock/fencing-common';
 import { CompiledQuery, type Kysely } from 'kysely';
-import { detectDialect, type FencingTableOptions, fencingSql } from './gate.js';
+import { detectDialect, FENCING_OPTION_KEYS, type FencingTableOptions, fencingSql } from './gate.js';
 
 /**
  * A row of the fence table, to add to your `Database` interface if you query it yourself. Read marks with
@@ -31,7 +31,8 @@ export interface FencingMigration {
 
 /**
  * A Kysely migration that creates (and on `down`, drops) the fence table. The dialect is detected from the `db`
- * the migrator passes in unless `options.dialect` says otherwise. `up` is idempotent.
+ * the migrator passes in unless `options.dialect` says otherwise. `up` is idempotent. A misspelt option key throws
+ * here, when the migration list is built, rather than when the migrator runs it.
  *
  * @example
  * ```ts
@@ -42,6 +43,7 @@ export interface FencingMigration {
  * ```
  */
 export function fencingMigration(options: FencingTableOptions = {}): FencingMigration {
+  rejectUnknownKeys(options, 'options', FENCING_OPTION_KEYS);
   return {
     up: (db) => ensureFencingTable(db, options),
     async down(db) {
@@ -55,6 +57,7 @@ export async function ensureFencingTable<DB>(
   db: Kysely<DB>,
   options: FencingTableOptions = {},
 ): Promise<void> {
+  rejectUnknownKeys(options, 'options', FENCING_OPTION_KEYS);
   const { createTable } = tableSql(db, options);
   // Only PostgreSQL can lose a concurrent creation race; elsewhere the helper simply runs the statement once.
   await createTableRacingOthers(() => db.executeQuery(CompiledQuery.raw(createTable)));

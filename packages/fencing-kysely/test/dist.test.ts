@@ -27,6 +27,9 @@ describe('the built package', () => {
         trx.insertInto('notes').values({ body: 'fenced write' }).returning('id').executeTakeFirstOrThrow(),
       );
       expect(inserted.id).toBe(1);
+      await expect(
+        built.fenced(db, 'notes', 3n, async () => undefined, { lockTimeoutMS: 50 } as never),
+      ).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', field: 'options.lockTimeoutMS' });
       const error = await built
         .fenced(db, 'notes', 1n, (trx) => trx.insertInto('notes').values({ body: 'stale' }).execute())
         .catch((e: unknown) => e);

@@ -3,6 +3,7 @@ import { Migrator } from 'kysely/migration';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   ensureFencingTable,
+  type FencedOptions,
   fenced,
   fencingMigration,
   fencingSql,
@@ -218,6 +219,72 @@ describe.each(ALL_KINDS)('fenced() on %s', (kind) => {
     expect(t.queryCount()).toBe(0);
   });
 
+  it('refuses a misspelt option key in every call before any query, naming the key meant', async () => {
+    const r = fresh();
+    let ran = false;
+    const body = async () => {
+      ran = true;
+    };
+    const fencedCases: [unknown, string, string | undefined][] = [
+      [{ ...options, lockTimeoutMS: 50 }, 'options.lockTimeoutMS', 'lockTimeoutMs'],
+      [{ ...options, lock_timeout_ms: 50 }, 'options.lock_timeout_ms', 'lockTimeoutMs'],
+      [{ ...options, isolation: 'serializable' }, 'options.isolation', 'isolationLevel'],
+      [{ ...options, dialekt: t.dialect }, 'options.dialekt', 'dialect'],
+      [{ tabel: table }, 'options.tabel', 'table'],
+      [{ ...options, tableName: 'other' }, 'options.tableName', 'table'],
+      [{ ...options, retries: 3 }, 'options.retries', undefined],
+      [null, 'options', undefined],
+    ];
+    const expectRefusal = (error: unknown, field: string, meant: string | undefined) => {
+      expect(error).toBeInstanceOf(InvalidArgumentError);
+      expect(error).toMatchObject({ code: 'INVALID_ARGUMENT', field });
+      const message = (error as Error).message;
+      if (meant === undefined) expect(message).not.toContain('did you mean');
+      else expect(message).toContain(`(did you mean "${meant}"?)`);
+    };
+    t.resetQueryCount();
+    for (const [bad, field, meant] of fencedCases) {
+      expectRefusal(await rejection(fenced(db, r, 1n, body, bad as FencedOptions)), field, meant);
+    }
+    const tableCases: [unknown, string, string][] = [
+      [{ tabel: table }, 'options.tabel', 'table'],
+      [{ ...options, schma: 'main' }, 'options.schma', 'schema'],
+    ];
+    for (const [bad, field, meant] of tableCases) {
+      expectRefusal(await rejection(highWaterMark(db, r, bad as FencedOptions)), field, meant);
+      expectRefusal(await rejection(ensureFencingTable(db, bad as FencedOptions)), field, meant);
+      expectRefusal(
+        await rejection(Promise.resolve().then(() => fencingMigration(bad as FencedOptions))),
+        field,
+        meant,
+      );
+      expectRefusal(
+        await rejection(Promise.resolve().then(() => fencingSql(t.dialect, bad as FencedOptions))),
+        field,
+        meant,
+      );
+    }
+    expect(ran).toBe(false);
+    expect(t.queryCount()).toBe(0);
+    expect(await highWaterMark(db, r, options)).toBeNull();
+  });
+
+  it('accepts one fenced() options object shared by every call', async () => {
+    const r = fresh();
+    const shared: FencedOptions = {
+      table,
+      dialect: t.dialect,
+      isolationLevel: 'serializable',
+      ...(t.dialect === 'postgres' ? { lockTimeoutMs: 5000 } : {}),
+    };
+    await ensureFencingTable(db, shared);
+    await fenced(db, r, 2n, (trx) => writes.insert(trx, r, 2n), shared);
+    expect(await highWaterMark(db, r, shared)).toBe(2n);
+    expect(fencingSql(t.dialect, shared).guard).toBe(fencingSql(t.dialect, { table }).guard);
+    expect(typeof fencingMigration(shared).up).toBe('function');
+    expect(await writes.tokens(db, r)).toEqual([2n]);
+  });
+
   it('detects the dialect, and speaks the one it is told', async () => {
     expect(fencingSql(t.dialect, options).guard).toBe(fencingSql(t.dialect, { table }).guard);
     const r = fresh();
@@ -252,5 +319,13 @@ describe('fencingSql', () => {
     expect(fencingSql('sqlite', { table: 'Marks' }).guard).toContain('"Marks"');
     expect(() => fencingSql('oracle' as never)).toThrow(InvalidArgumentError);
     expect(() => fencingSql('mysql', { table: 'a`b' })).toThrow(InvalidArgumentError);
+  });
+
+  it('refuses a dialect option that contradicts the dialect argument, and accepts one that agrees', () => {
+    const shared: FencedOptions = { table: 'Marks', dialect: 'mysql' };
+    expect(() => fencingSql('postgres', shared)).toThrow(
+      expect.objectContaining({ code: 'INVALID_ARGUMENT', field: 'options.dialect' }),
+    );
+    expect(fencingSql('mysql', shared).guard).toBe(fencingSql('mysql', { table: 'Marks' }).guard);
   });
 });

@@ -6,6 +6,7 @@ import {
   type FencingTokenInput,
   InvalidArgumentError,
   parseFencingToken,
+  rejectUnknownKeys,
   StaleFencingTokenError,
 } from '@dlock/fencing-common';
 import {
@@ -37,6 +38,8 @@ export interface RunOptions {
   readonly lockTimeoutMs?: number;
 }
 
+const RUN_OPTION_KEYS: readonly string[] = ['isolationLevel', 'lockTimeoutMs'];
+
 const ISOLATION_SQL: Record<IsolationLevel, string> = {
   'read committed': 'READ COMMITTED',
   'repeatable read': 'REPEATABLE READ',
@@ -64,7 +67,10 @@ export class FencingGate {
   /** The statements this gate runs; `sql.createTable` is the migration text. */
   readonly sql: FencingSql;
 
-  /** Throws {@link InvalidArgumentError} for a table or schema name outside `[A-Za-z_][A-Za-z0-9_]{0,62}`. */
+  /**
+   * Throws {@link InvalidArgumentError} for a table or schema name outside `[A-Za-z_][A-Za-z0-9_]{0,62}`, and for
+   * any key other than `table` and `schema` (a misspelt `tabel` would otherwise put the marks in the default table).
+   */
   constructor(options: FencingTableOptions = {}) {
     this.sql = fencingSql(options);
     Object.freeze(this);
@@ -93,8 +99,8 @@ export class FencingGate {
    * @throws {StaleFencingTokenError} `token` is below the stored mark; nothing was written.
    * @throws {FenceConflictError} a serialization failure or deadlock (40001, 40P01) anywhere in the transaction.
    * @throws {FenceBusyError} `lockTimeoutMs` ran out while waiting for the fence row.
-   * @throws {InvalidArgumentError} bad resource, token or options, before any SQL; or a client already in a
-   *   transaction.
+   * @throws {InvalidArgumentError} bad resource, token or options (an unknown key included), before any SQL; or a
+   *   client already in a transaction.
    */
   run<T, C extends PgPoolClientLike = PgPoolClientLike>(
     db: PgPoolLike,
@@ -117,6 +123,7 @@ export class FencingGate {
     fn: (tx: PgClientLike) => Promise<T>,
     options: RunOptions = {},
   ): Promise<T> {
+    rejectUnknownKeys(options, 'options', RUN_OPTION_KEYS);
     const fence = { resource: assertResource(resource), token: parseFencingToken(token) };
     const begin = beginStatement(options);
     if (typeof fn !== 'function') throw new InvalidArgumentError('fn', 'must be a function');

@@ -2,6 +2,7 @@ import {
   assertIdentifier,
   type PostgresFencingStatements,
   postgresFencingStatements,
+  rejectUnknownKeys,
 } from '@dlock/fencing-common';
 
 /** Where the high-water marks live. */
@@ -11,6 +12,8 @@ export interface FencingTableOptions {
   /** Schema name; default: none, so the connection's `search_path` decides. Not created by `ensureSchema`. */
   readonly schema?: string;
 }
+
+const TABLE_OPTION_KEYS: readonly string[] = ['table', 'schema'];
 
 /** Default table name for both gates. */
 export const DEFAULT_FENCING_TABLE = 'dlock_fencing';
@@ -23,7 +26,8 @@ export const DEFAULT_FENCING_TABLE = 'dlock_fencing';
 export type FencingSql = PostgresFencingStatements;
 
 /**
- * Builds the SQL for a table location.
+ * Builds the SQL for a table location. Throws `InvalidArgumentError` for a bad name or a key other than
+ * `table` and `schema`.
  *
  * @example
  * ```ts
@@ -32,6 +36,7 @@ export type FencingSql = PostgresFencingStatements;
  * ```
  */
 export function fencingSql(options: FencingTableOptions = {}): FencingSql {
+  rejectUnknownKeys(options, 'options', TABLE_OPTION_KEYS);
   const table = assertIdentifier(options.table ?? DEFAULT_FENCING_TABLE, 'options.table');
   const schema =
     options.schema === undefined ? undefined : assertIdentifier(options.schema, 'options.schema');

@@ -21,5 +21,8 @@ describe('the built package', () => {
     expect(built.StaleFencingTokenError).toBe(CommonStale);
     expect(isDLockError(error)).toBe(true);
     expect(built.fencingSql().guard).toContain('ON CONFLICT (resource) DO UPDATE');
+    await expect(
+      gate.run(pool, 'dist', 2n, async () => undefined, { lockTimeoutMS: 50 } as never),
+    ).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', field: 'options.lockTimeoutMS' });
   });
 });

@@ -1,6 +1,12 @@
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { FencingGate, InvalidArgumentError, type PgPoolClientLike, type PgPoolLike } from '../src/index.js';
+import {
+  FencingGate,
+  fencingSql,
+  InvalidArgumentError,
+  type PgPoolClientLike,
+  type PgPoolLike,
+} from '../src/index.js';
 import { checkedOut, newPool, uniqueName } from './helpers.js';
 
 const fenceTable = uniqueName('fence_hyg');
@@ -111,6 +117,104 @@ describe('bad input is refused before any SQL', () => {
       InvalidArgumentError,
     );
     expect(counts).toEqual({ queries: 0, connects: 0 });
+  });
+});
+
+describe('misspelt option keys are refused, naming the key meant, before any SQL', () => {
+  function expectRefusal(error: unknown, field: string, meant: string | undefined): void {
+    expect(error).toBeInstanceOf(InvalidArgumentError);
+    expect(error).toMatchObject({ code: 'INVALID_ARGUMENT', field });
+    const message = (error as Error).message;
+    if (meant === undefined) expect(message).not.toContain('did you mean');
+    else expect(message).toContain(`(did you mean "${meant}"?)`);
+  }
+
+  function thrown(call: () => unknown): unknown {
+    try {
+      call();
+    } catch (error) {
+      return error;
+    }
+    throw new Error('expected a throw');
+  }
+
+  const tableCases: [object, string, string | undefined][] = [
+    [{ tabel: fenceTable }, 'options.tabel', 'table'],
+    [{ Table: fenceTable }, 'options.Table', 'table'],
+    [{ table: fenceTable, schemaName: 'public' }, 'options.schemaName', 'schema'],
+    [{ table: fenceTable, isolationLevel: 'serializable' }, 'options.isolationLevel', undefined],
+  ];
+
+  it.each(tableCases)('new FencingGate(%o) and fencingSql', (options, field, meant) => {
+    expectRefusal(
+      thrown(() => new FencingGate(options as never)),
+      field,
+      meant,
+    );
+    expectRefusal(
+      thrown(() => fencingSql(options as never)),
+      field,
+      meant,
+    );
+  });
+
+  it('new FencingGate(null) is refused as not an object', () => {
+    expectRefusal(
+      thrown(() => new FencingGate(null as never)),
+      'options',
+      undefined,
+    );
+  });
+
+  const runCases: [unknown, string, string | undefined][] = [
+    [{ lockTimeoutMS: 50 }, 'options.lockTimeoutMS', 'lockTimeoutMs'],
+    [{ lockTimeout: 50 }, 'options.lockTimeout', 'lockTimeoutMs'],
+    [{ timeoutMs: 50 }, 'options.timeoutMs', 'lockTimeoutMs'],
+    [
+      { isolationLevel: 'serializable', isolation_level: 'serializable' },
+      'options.isolation_level',
+      'isolationLevel',
+    ],
+    [
+      { isolationLevel: 'serializable', isolationLvl: 'serializable' },
+      'options.isolationLvl',
+      'isolationLevel',
+    ],
+    [{ table: fenceTable }, 'options.table', undefined],
+    [null, 'options', undefined],
+    ['serializable', 'options', undefined],
+  ];
+
+  it.each(runCases)('gate.run with options %o', async (options, field, meant) => {
+    const { db, counts } = countingPool(pool);
+    let ran = false;
+    const error = await gate
+      .run(
+        db,
+        `hygiene/${uniqueName('keys')}`,
+        1n,
+        async () => {
+          ran = true;
+        },
+        options as never,
+      )
+      .then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+    expectRefusal(error, field, meant);
+    expect(ran).toBe(false);
+    expect(counts).toEqual({ queries: 0, connects: 0 });
+  });
+
+  it('the correctly spelt options still run', async () => {
+    const r = `hygiene/${uniqueName('keys-ok')}`;
+    const spelt = new FencingGate({ table: fenceTable, schema: 'public' });
+    await spelt.run(pool, r, 3n, async () => undefined, {
+      isolationLevel: 'serializable',
+      lockTimeoutMs: 1000,
+    });
+    expect(await gate.highWaterMark(pool, r)).toBe(3n);
   });
 });
 
