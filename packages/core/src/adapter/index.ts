@@ -3,3 +3,11 @@
  */
 export { boundedCall, CallDeadlines } from '../bounded-call.js';
 export { closestKey, rejectUnknownKeys } from '../option-keys.js';
+export {
+  acquireInQueue,
+  BackgroundRetries,
+  type QueueDriver,
+  type QueueTools,
+  type Standing,
+} from '../queue/index.js';
+export { linkSignals, WakeSignal } from '../wake-signal.js';

@@ -1,0 +1,91 @@
+import type { Clock } from '../clock.js';
+import type { AcquireRequest, AcquireResult } from '../service.js';
+import type { BackgroundRetries } from './background-retries.js';
+import type { QueueDriver, Standing } from './queue-driver.js';
+
+/** Fresh starts per call (a claim lost while queued); more means something keeps interfering. */
+const MAX_RESTARTS = 5;
+
+export interface QueueTools {
+  readonly clock: Clock;
+  /** Where a claim that could not be removed at once is retried. */
+  readonly cleanups: BackgroundRetries;
+  /**
+   * How long after the call's deadline a leftover claim can still matter (its lease's TTL): the background
+   * clean-up gives up after that.
+   */
+  readonly cleanupHorizonMs: (request: AcquireRequest) => number;
+}
+
+/**
+ * The one queue algorithm for every queueing backend: enqueue; while someone is ahead, wait for a notice (or the
+ * budget) and re-check; leave the queue on deadline, abort or failure. The driver supplies the atomic operations.
+ *
+ * Guarantees it gives every driver alike:
+ * - a caller that gives up (its signal aborts: abort, `close()`, core's bound) never gets a grant: one that was
+ *   granted meanwhile is given back by `leave`;
+ * - whatever a failed or abandoned call may have left in the queue is removed, at once or in the background;
+ * - a claim that vanished while it waited (its lease or session ended) is never reported as held: the attempt
+ *   starts over with a new claim.
+ */
+export async function acquireInQueue<C, W>(
+  driver: QueueDriver<C, W>,
+  request: AcquireRequest,
+  tools: QueueTools,
+): Promise<AcquireResult> {
+  const { clock } = tools;
+  const { signal } = request;
+  const deadline = clock.monotonic() + request.waitMs;
+  const queue = request.waitMs > 0;
+  for (let restart = 0; ; restart++) {
+    if (signal.aborted) throw signal.reason;
+    const claim = driver.claim(request);
+    let standing: Standing<W>;
+    try {
+      standing = await driver.enqueue(claim, { queue });
+      while (standing.kind === 'behind') {
+        if (signal.aborted) throw signal.reason;
+        const remaining = deadline - clock.monotonic();
+        if (remaining <= 0) {
+          await leave(driver, claim, request, tools);
+          const hint = standing.holderExpiresInMs;
+          return hint === undefined ? { acquired: false } : { acquired: false, holderExpiresInMs: hint };
+        }
+        standing =
+          (await driver.wait(claim, standing.wait, remaining, signal)) ?? (await driver.check(claim));
+      }
+      // Granted, but the caller may have gone meanwhile: then nobody would renew it, so give it back.
+      if (standing.kind === 'first' && signal.aborted) throw signal.reason;
+    } catch (error) {
+      leaveInBackground(driver, claim, request, tools);
+      throw error;
+    }
+    if (standing.kind === 'first') return { acquired: true, grant: standing.grant };
+    // Gone: whatever is left of it (nothing, normally) goes in the background; a new claim queues at the back.
+    // Past the deadline a restart makes one attempt and leaves: losing a claim is not contention.
+    leaveInBackground(driver, claim, request, tools);
+    if (restart + 1 >= MAX_RESTARTS) return { acquired: false };
+  }
+}
+
+async function leave<C, W>(
+  driver: QueueDriver<C, W>,
+  claim: C,
+  request: AcquireRequest,
+  tools: QueueTools,
+): Promise<void> {
+  try {
+    await driver.leave(claim);
+  } catch {
+    leaveInBackground(driver, claim, request, tools);
+  }
+}
+
+function leaveInBackground<C, W>(
+  driver: QueueDriver<C, W>,
+  claim: C,
+  request: AcquireRequest,
+  tools: QueueTools,
+): void {
+  tools.cleanups.run(() => driver.leave(claim), tools.clock.monotonic() + tools.cleanupHorizonMs(request));
+}
