@@ -1,5 +1,12 @@
 import { randomBytes } from 'node:crypto';
-import { type Clock, type Grant, LockClient, type LockService, systemClock } from '@dlock/core';
+import {
+  AcquireTimeoutError,
+  type Clock,
+  type Grant,
+  LockClient,
+  type LockService,
+  systemClock,
+} from '@dlock/core';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
 export interface ContractSubject {
@@ -28,6 +35,21 @@ export interface LockServiceContractOptions {
   readonly faults?: readonly ContractFault[];
   /** Per-test timeout for vitest, ms. Default 30_000. */
   readonly testTimeoutMs?: number;
+  /**
+   * The service queues waiters itself (inside `acquire`, for `waitMs > 0`): the suite then checks that waiters are
+   * served in arrival order. Default false: such a service only has to serve them all.
+   */
+  readonly fifo?: boolean;
+  /**
+   * Closes the service itself (its `close()`): the suite then checks that later calls reject with
+   * `ClientClosedError`. The subject's `close` still runs afterwards.
+   */
+  readonly closeService?: (subject: ContractSubject) => Promise<void>;
+  /**
+   * Ends the service's session behind its back (expires a ZooKeeper session, revokes an etcd session lease): the
+   * suite then checks that `watchLeases` reports the grants and a LockClient loses them.
+   */
+  readonly endSession?: (subject: ContractSubject) => Promise<void>;
 }
 
 const realSleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
@@ -86,6 +108,17 @@ export function lockServiceContract(
         await sleep(10);
       }
       return predicate();
+    };
+
+    /** Lets time pass (real or fake) until `promise` settles, at most `maxMs`, then returns its outcome. */
+    const awaitWhileTimePasses = async <T>(promise: Promise<T>, maxMs: number): Promise<T> => {
+      let settled = false;
+      const tracked = promise.finally(() => {
+        settled = true;
+      });
+      tracked.catch(() => {});
+      await waitFor(() => settled, maxMs);
+      return tracked;
     };
 
     beforeEach(async () => {
@@ -267,6 +300,103 @@ export function lockServiceContract(
       const next = await b.acquire(name, { ttlMs, waitMs: 2_000 });
       expect(next.fencingToken).toBeGreaterThan(handle.fencingToken);
     });
+
+    it(`serves waiting clients${options.fifo ? ' in arrival order' : ''}`, { timeout }, async () => {
+      const name = lockName();
+      const holder = newClient();
+      const first = await holder.acquire(name, { ttlMs: Math.max(ttlMs, 2_000) });
+      const order: number[] = [];
+      const waits: Promise<void>[] = [];
+      for (let i = 0; i < 3; i++) {
+        const waiter = newClient();
+        waits.push(
+          waiter.acquire(name, { ttlMs, waitMs: 20_000 }).then(async (handle) => {
+            order.push(i);
+            await sleep(20);
+            await handle.release();
+          }),
+        );
+        // Arrival order: each waiter is in the queue before the next one asks.
+        await sleep(150);
+      }
+      await first.release();
+      await awaitWhileTimePasses(Promise.all(waits), 20_000);
+      expect([...order].sort()).toEqual([0, 1, 2]);
+      if (options.fifo) expect(order).toEqual([0, 1, 2]);
+    });
+
+    it('leaves nothing behind when a waiter gives up (deadline or abort)', { timeout }, async () => {
+      const name = lockName();
+      const holder = newClient();
+      const first = await holder.acquire(name, { ttlMs: Math.max(ttlMs, 2_000) });
+      const timedOut = await awaitWhileTimePasses(
+        newClient().acquire(name, { ttlMs, waitMs: 200 }),
+        10_000,
+      ).catch((error: unknown) => error);
+      expect(timedOut).toBeInstanceOf(AcquireTimeoutError);
+      const abort = new AbortController();
+      const aborted = newClient().acquire(name, { ttlMs, waitMs: 20_000, signal: abort.signal });
+      await sleep(100);
+      const reason = new Error('gave up');
+      abort.abort(reason);
+      await expect(awaitWhileTimePasses(aborted, 5_000)).rejects.toBe(reason);
+      await first.release();
+      // Neither waiter's queue entry may stand in front of a newcomer (an abandoned entry is removed in the
+      // background, within a round trip): it gets the lock without waiting.
+      await sleep(200);
+      const next = await newClient().acquire(name, { ttlMs, waitMs: 0 });
+      expect(next.fencingToken).toBeGreaterThan(first.fencingToken);
+    });
+
+    it('gives back a grant that races the client closing', { timeout }, async () => {
+      const name = lockName();
+      const holder = newClient();
+      const first = await holder.acquire(name, { ttlMs: Math.max(ttlMs, 2_000) });
+      const closing = new LockClient(service, { clock, operationTimeoutMs: 5_000 });
+      const waiting = closing.acquire(name, { ttlMs: Math.max(ttlMs, 2_000), waitMs: 20_000 });
+      waiting.catch(() => {}); // asserted below; it may reject while the close is still being awaited
+      await sleep(100);
+      // The release may hand the lock to the waiter while its client is closing: it must not keep it.
+      const released = first.release();
+      await awaitWhileTimePasses(closing.close(), 10_000);
+      await released;
+      await expect(awaitWhileTimePasses(waiting, 5_000)).rejects.toMatchObject({ code: 'CLIENT_CLOSED' });
+      const next = await awaitWhileTimePasses(newClient().acquire(name, { ttlMs, waitMs: 5_000 }), 10_000);
+      expect(next.fencingToken).toBeGreaterThan(first.fencingToken);
+    });
+
+    const closeService = options.closeService;
+    if (closeService)
+      it('rejects calls after the service is closed with ClientClosedError', { timeout }, async () => {
+        const name = lockName();
+        const grant = await grab(name);
+        await closeService(subject);
+        await expect(service.acquire(request(lockName('after')))).rejects.toMatchObject({
+          code: 'CLIENT_CLOSED',
+        });
+        await expect(service.renew({ lease: lease(name, grant), ttlMs })).rejects.toMatchObject({
+          code: 'CLIENT_CLOSED',
+        });
+      });
+
+    const endSession = options.endSession;
+    if (endSession)
+      it('reports the grants of an ended session through watchLeases', { timeout }, async () => {
+        expect(typeof service.watchLeases).toBe('function');
+        const reported: string[] = [];
+        const unwatch = service.watchLeases?.((tokens) => reported.push(...tokens)) ?? (() => {});
+        try {
+          const name = lockName();
+          const client = newClient();
+          const handle = await client.acquire(name, { ttlMs });
+          const grant = await grab(lockName('direct'));
+          await endSession(subject);
+          expect(await waitFor(() => handle.state === 'lost', 10_000)).toBe(true);
+          expect(reported).toContain(grant.ownershipToken);
+        } finally {
+          unwatch();
+        }
+      });
 
     for (const fault of options.faults ?? []) {
       it(`keeps fencing tokens increasing across a fault: ${fault.name}`, { timeout }, async () => {
