@@ -1,13 +1,9 @@
 import type { MessagePort } from 'node:worker_threads';
-import type { LockService } from '@dlock/core';
 import type { LockSpec } from './backends.js';
+import type { ConnectedService } from './lock/connected-service.js';
 import { PortLockService } from './port-lock-service.js';
 
-/** A lock service a worker uses, and how to let go of its connection. */
-export interface ConnectedService {
-  readonly service: LockService;
-  close(): Promise<void>;
-}
+export type { ConnectedService } from './lock/connected-service.js';
 
 /**
  * Connects to the lock service `spec` names. Real backends are loaded on demand, so the embedded default needs

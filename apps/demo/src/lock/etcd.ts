@@ -1,7 +1,7 @@
 import { EtcdLockService } from '@dlock/etcd';
 import { Etcd3 } from 'etcd3';
 import { oneLine } from '../errors.js';
-import type { ConnectedService } from '../lock-services.js';
+import type { ConnectedService } from './connected-service.js';
 import { CONNECT_MS, within } from './deadline.js';
 
 /** gRPC wraps the socket error in a paragraph ("14 UNAVAILABLE: … Last error: Error: connect ECONNREFUSED …"). */

@@ -1,6 +1,6 @@
 import { RedisLockService } from '@dlock/redis';
 import { createClient } from 'redis';
-import type { ConnectedService } from '../lock-services.js';
+import type { ConnectedService } from './connected-service.js';
 import { CONNECT_MS, within } from './deadline.js';
 
 /** A node-redis client and the adapter on it. Reconnects once it has connected; the first connect must succeed. */

@@ -1,6 +1,6 @@
 import { createRequire } from 'node:module';
 import { ZooKeeperLockService } from '@dlock/zookeeper';
-import type { ConnectedService } from '../lock-services.js';
+import type { ConnectedService } from './connected-service.js';
 import { CONNECT_MS, within } from './deadline.js';
 
 /** The little of node-zookeeper-client (CommonJS, untyped) the probe calls. */
