@@ -1,4 +1,4 @@
-import { TransportError } from '@dlock/core';
+import { ClientClosedError, TransportError } from '@dlock/core';
 
 /**
  * etcd answers "requested lease not found" when a lease expired or was revoked. `etcd3` maps it to its
@@ -16,4 +16,15 @@ export function transportError(what: string, cause: unknown): TransportError {
   if (cause instanceof TransportError) return cause;
   const detail = cause instanceof Error ? cause.message : String(cause);
   return new TransportError(`etcd ${what} failed: ${detail}`, { cause });
+}
+
+/**
+ * The service was closed; it accepts no further acquires (code `CLIENT_CLOSED`: core passes it on at once instead of
+ * retrying it as it would a `TransportError`).
+ */
+export class EtcdServiceClosedError extends ClientClosedError {
+  constructor() {
+    super();
+    this.message = 'the etcd lock service is closed';
+  }
 }

@@ -9,8 +9,8 @@ import type {
 } from '@dlock/core';
 import { TransportError } from '@dlock/core';
 import type { EtcdClientLike, KeyValueLike, RequestOpLike, TxnResponseLike } from './client-like.js';
-import { withDeadline } from './deadline.js';
-import { isLeaseNotFound, transportError } from './errors.js';
+import { unlessAborted, withDeadline } from './deadline.js';
+import { EtcdServiceClosedError, isLeaseNotFound, transportError } from './errors.js';
 import { contenderKey, lockDirectory, newOwnershipToken, newServiceId, prefixRangeEnd } from './keys.js';
 import { type KeepAliveOutcome, LeaseKeeper, now, type TrackedLease } from './leases.js';
 import { type EtcdLockServiceOptions, type ResolvedOptions, resolveOptions } from './options.js';
@@ -36,6 +36,8 @@ interface Contender {
   readonly lease: TrackedLease;
   /** Create revision of `key`; 0 while unknown (not written yet, or the write's outcome was lost). */
   revision: bigint;
+  /** Round trip of the last request that decided this contender's turn (its write, or a re-read), in ms. */
+  roundTripMs: number;
 }
 
 type Turn =
@@ -65,6 +67,11 @@ const POLL_FLOOR_MS = 5_000;
 const RETRY_PAUSE_MS = 100;
 /** Fresh starts per acquire call (a lease lost while queued, a stale key); more means something keeps interfering. */
 const MAX_RESTARTS = 5;
+/**
+ * Bound of one try to take an abandoned contender's key back. The request leaves at once, and etcd applies it even
+ * if its answer is lost; a try that waited out the whole request timeout for that answer would only hold up the next.
+ */
+const UNDO_TRY_MS = 1_000;
 
 const byCreate = (directory: Buffer, rangeEnd: Buffer, order: 'Ascend' | 'Descend', limit: number) => ({
   request_range: {
@@ -110,6 +117,7 @@ export class EtcdLockService implements LockService {
   readonly #serviceId = newServiceId();
   readonly #leaseListeners = new Set<(ownershipTokens: readonly string[]) => void>();
   readonly #closing = new AbortController();
+  readonly #undoTryMs: number;
   #closed: Promise<void> | undefined;
   /** The newest store revision a response showed us, and when: a watch started soon after begins there. */
   #seen = { revision: 0n, at: Number.NEGATIVE_INFINITY };
@@ -118,6 +126,7 @@ export class EtcdLockService implements LockService {
     this.#options = resolveOptions(options);
     this.#client = this.#options.client;
     const timeout = this.#options.requestTimeoutMs;
+    this.#undoTryMs = Math.min(timeout, UNDO_TRY_MS);
     this.#leases = new LeaseKeeper(this.#client.leaseClient, timeout, (_lease, tokens) =>
       this.#sessionLost(tokens),
     );
@@ -140,7 +149,7 @@ export class EtcdLockService implements LockService {
     const owner = Buffer.from(request.ownerId, 'utf8');
     for (let restart = 0; ; restart++) {
       this.#throwIfAborted(request.signal);
-      const { lease, refresh } = await this.#leaseForAcquire(request.ttlMs, startedAt);
+      const { lease, refresh } = await this.#leaseForAcquire(request.ttlMs, startedAt, request.signal);
       const slot = this.#slots.take(request.name);
       const contender: Contender = {
         name: request.name,
@@ -150,11 +159,14 @@ export class EtcdLockService implements LockService {
         key: contenderKey(directory, this.#serviceId, slot),
         lease,
         revision: 0n,
+        roundTripMs: 0,
       };
       let turn: Turn;
       try {
         turn = await this.#contend(contender, owner, refresh, request, startedAt, deadline);
       } catch (error) {
+        // Also when core gave up on this call (the signal aborted): a write whose answer is lost may have landed,
+        // and our key must leave the queue now, not when the request's own deadline passes.
         await this.#leave(contender);
         throw error;
       }
@@ -176,7 +188,13 @@ export class EtcdLockService implements LockService {
         lease.grants.add(token);
         return {
           acquired: true,
-          grant: { ownershipToken: token, fencingToken: contender.revision, ...validity(lease, startedAt) },
+          grant: {
+            ownershipToken: token,
+            fencingToken: contender.revision,
+            ...validity(lease, startedAt),
+            // The validity anchor stays at the lease's send (its TTL started there), often a round trip earlier.
+            roundTripMs: contender.roundTripMs,
+          },
         };
       }
       if (turn.kind === 'busy') return { acquired: false };
@@ -264,15 +282,21 @@ export class EtcdLockService implements LockService {
 
   /**
    * Gives up every lock this service holds (revoking its leases, bounded by `requestTimeoutMs`), ends pending
-   * acquires, closes its streams. Idempotent. Does not close the `etcd3` client, which the caller owns.
+   * acquires, closes its streams. Idempotent. Does not close the `etcd3` client, which the caller owns. Acquires
+   * after (or ended by) close reject with a `ClientClosedError` (code `CLIENT_CLOSED`).
    */
   close(): Promise<void> {
     this.#closed ??= this.#close();
     return this.#closed;
   }
 
+  /** `await using service = new EtcdLockService(...)`: the same as {@link close}. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+
   async #close(): Promise<void> {
-    this.#closing.abort(new TransportError('the etcd lock service was closed'));
+    this.#closing.abort(new EtcdServiceClosedError());
     this.#watches.close();
     const ownLeases = new Set([...this.#held.values()].map((h) => h.lease).filter((l) => !l.session));
     this.#held.clear();
@@ -338,10 +362,12 @@ export class EtcdLockService implements LockService {
   async #leaseForAcquire(
     ttlMs: number,
     startedAt: number,
+    signal: AbortSignal,
   ): Promise<{ lease: TrackedLease; refresh?: Promise<KeepAliveOutcome> }> {
     const sessionTtlMs = this.#options.sessionTtlMs;
-    if (sessionTtlMs === undefined) return { lease: await this.#leases.grant(seconds(ttlMs), false) };
-    const lease = await this.#leases.session(seconds(Math.max(ttlMs, sessionTtlMs)));
+    if (sessionTtlMs === undefined) return { lease: await this.#leases.grant(seconds(ttlMs), false, signal) };
+    // The session is shared: this caller giving up stops its wait, not the grant the others wait for too.
+    const lease = await unlessAborted(this.#leases.session(seconds(Math.max(ttlMs, sessionTtlMs))), signal);
     if (lease.expiresAt - startedAt >= ttlMs) return { lease };
     return { lease, refresh: this.#leases.keepAlive(lease, startedAt + ttlMs - lease.ttlMs) };
   }
@@ -354,23 +380,36 @@ export class EtcdLockService implements LockService {
     startedAt: number,
     deadline: number,
   ): Promise<Turn> {
-    let enqueued: { response: TxnResponseLike; free: boolean; stale: boolean };
+    const { signal } = request;
+    let enqueued: { response: TxnResponseLike; free: boolean; stale: boolean; sentAt: number };
     try {
-      enqueued = await this.#enqueue(contender, owner);
+      enqueued = await this.#enqueue(contender, owner, signal);
     } catch (error) {
-      await refresh?.catch(() => undefined);
+      // Not awaited: a refresh whose answer is lost must not hold up taking our key back.
+      refresh?.catch(() => undefined);
       if (isLeaseNotFound(error)) {
         this.#leases.markLost(contender.lease);
         return { kind: 'lease-lost' };
       }
       throw error;
     }
-    const { response, free, stale } = enqueued;
+    const { response, free, stale, sentAt } = enqueued;
     if (stale) {
-      await refresh?.catch(() => undefined);
+      if (refresh)
+        await unlessAborted(
+          refresh.catch(() => undefined),
+          signal,
+        );
       return { kind: 'stale' };
     }
-    const refreshed = refresh ? await refresh.catch((error: unknown) => asError(error)) : undefined;
+    const refreshed = refresh
+      ? await unlessAborted(
+          refresh.catch((error: unknown) => asError(error)),
+          signal,
+        )
+      : undefined;
+    // The write and the refresh beside it decide a free lock: together, one round trip.
+    contender.roundTripMs = now() - sentAt;
     if (refreshed && !(refreshed instanceof Error) && !refreshed.alive) return { kind: 'lease-lost' };
     const mine = contender.revision;
     const holder = free ? undefined : rangeKvs(response, 3)[0];
@@ -415,9 +454,11 @@ export class EtcdLockService implements LockService {
   async #enqueue(
     contender: Contender,
     owner: Buffer,
-  ): Promise<{ response: TxnResponseLike; free: boolean; stale: boolean }> {
+    signal: AbortSignal,
+  ): Promise<{ response: TxnResponseLike; free: boolean; stale: boolean; sentAt: number }> {
     const { key, directory, rangeEnd, lease } = contender;
     const put: RequestOpLike = { request_put: { key, value: owner, lease: lease.id } };
+    const sentAt = now();
     const response = await withDeadline(
       'acquire',
       this.#options.requestTimeoutMs,
@@ -449,13 +490,14 @@ export class EtcdLockService implements LockService {
         const revision = late.succeeded ? late.header.revision : rangeKvs(late, 2)[0]?.create_revision;
         if (lease.session && revision) this.#retryDelete(key, BigInt(revision), lease);
       },
+      signal,
     );
     this.#saw(response);
     const own = response.succeeded ? response.header.revision : rangeKvs(response, 2)[0]?.create_revision;
     if (own === undefined) throw transportError('acquire', new Error('own key missing after write'));
     contender.revision = BigInt(own);
     const stale = !response.succeeded && rangeKvs(response, 0).length > 0;
-    return { response, free: response.succeeded, stale };
+    return { response, free: response.succeeded, stale, sentAt };
   }
 
   /** Waits for our turn: for the key just before ours to go, re-reading after each wake-up. */
@@ -494,8 +536,9 @@ export class EtcdLockService implements LockService {
         }
         let check: Position;
         try {
-          check = await this.#recheck(contender, startedAt, request.ttlMs);
+          check = await this.#recheck(contender, startedAt, request.ttlMs, request.signal);
         } catch (error) {
+          this.#throwIfAborted(request.signal);
           if (now() >= deadline) throw error;
           predecessor = undefined;
           pause = RETRY_PAUSE_MS;
@@ -532,7 +575,12 @@ export class EtcdLockService implements LockService {
    * never from a guess. Our key still existing and the lease confirmed recently together are the lease check
    * etcd's own mutex lacked (etcd #11456).
    */
-  async #recheck(contender: Contender, startedAt: number, ttlMs: number): Promise<Position> {
+  async #recheck(
+    contender: Contender,
+    startedAt: number,
+    ttlMs: number,
+    signal: AbortSignal,
+  ): Promise<Position> {
     const { key, directory, rangeEnd, revision, lease } = contender;
     const at = now();
     const fresh = lease.expiresAt - at >= lease.ttlMs / 2 && lease.expiresAt - startedAt >= ttlMs;
@@ -545,16 +593,27 @@ export class EtcdLockService implements LockService {
         max_create_revision: String(revision - 1n),
       },
     };
-    const response = await withDeadline('acquire', this.#options.requestTimeoutMs, (options) =>
-      this.#client.kv.txn({ success: [{ request_range: { key, keys_only: true } }, predecessorOp] }, options),
+    const response = await withDeadline(
+      'acquire',
+      this.#options.requestTimeoutMs,
+      (options) =>
+        this.#client.kv.txn(
+          { success: [{ request_range: { key, keys_only: true } }, predecessorOp] },
+          options,
+        ),
+      undefined,
+      signal,
     );
     this.#saw(response);
     const own = rangeKvs(response, 0)[0];
+    const confirmed = await unlessAborted(keepAlive, signal);
+    // The re-read and the keep-alive beside it are what a grant after a wait rests on: one round trip.
+    contender.roundTripMs = now() - at;
     return {
       ownKey: own !== undefined && BigInt(own.create_revision) === revision,
       predecessor: rangeKvs(response, 1)[0]?.key,
       revision: BigInt(response.header.revision),
-      keepAlive: await keepAlive,
+      keepAlive: confirmed,
     };
   }
 
@@ -611,7 +670,8 @@ export class EtcdLockService implements LockService {
 
   /**
    * Leaves the queue, best effort and bounded: revokes a lease of its own (which deletes the key), or deletes the
-   * key from a session, guarded by its create revision. Frees the slot either way: a key that survived is found
+   * key from a session, guarded by its create revision. One try is awaited, bounded by `#undoTryMs`; if its answer
+   * does not come, tries go on in the background. Frees the slot either way: a key that survived is found
    * and removed by the next contender in the slot. With the revision unknown (the write's outcome was lost), the
    * slot is never reused by this service, so the unguarded deletes retried in the background can only hit that
    * write, should it land late.
@@ -619,13 +679,15 @@ export class EtcdLockService implements LockService {
   async #leave(contender: Contender): Promise<void> {
     const { name, slot, key, lease } = contender;
     if (!lease.session) {
-      await this.#leases.revoke(lease).catch(() => false);
+      // Nothing keeps the lease alive from here on: past one TTL (and a try) it has expired by itself.
+      const until = now() + lease.ttlMs + this.#undoTryMs;
+      if (!(await this.#tryRevoke(lease))) this.#retryRevoke(lease, until);
       this.#slots.free(name, slot);
       return;
     }
     const revision = contender.revision > 0n ? contender.revision : undefined;
     try {
-      await this.#deleteKey(key, revision);
+      await this.#deleteKey(key, revision, this.#undoTryMs);
       if (revision !== undefined) this.#slots.free(name, slot);
       else this.#retryDelete(key, undefined, lease);
     } catch {
@@ -638,8 +700,12 @@ export class EtcdLockService implements LockService {
    * Deletes our key, guarded by its create revision when known. Unguarded only for a slot retired for good (see
    * #leave): keys carry this service's random id, so no other service's key can be hit.
    */
-  async #deleteKey(key: Buffer, revision: bigint | undefined): Promise<TxnResponseLike> {
-    const response = await withDeadline('release', this.#options.requestTimeoutMs, (options) =>
+  async #deleteKey(
+    key: Buffer,
+    revision: bigint | undefined,
+    timeoutMs = this.#options.requestTimeoutMs,
+  ): Promise<TxnResponseLike> {
+    const response = await withDeadline('release', timeoutMs, (options) =>
       this.#client.kv.txn(
         {
           compare:
@@ -664,10 +730,34 @@ export class EtcdLockService implements LockService {
     const timer = setTimeout(
       () => {
         if (lease.isLost) return;
-        this.#deleteKey(key, revision).catch(() => this.#retryDelete(key, revision, lease, attempt + 1));
+        this.#deleteKey(key, revision, this.#undoTryMs).catch(() =>
+          this.#retryDelete(key, revision, lease, attempt + 1),
+        );
       },
       Math.min(5_000, 250 * 2 ** attempt),
     );
+    timer.unref();
+  }
+
+  /** One bounded try to revoke a contender's lease; true once etcd confirmed it gone (revoked now or before). */
+  async #tryRevoke(lease: TrackedLease): Promise<boolean> {
+    try {
+      await this.#leases.revoke(lease, this.#undoTryMs);
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  /** Retries {@link #tryRevoke} in the background until it is confirmed or the lease must have expired anyway. */
+  #retryRevoke(lease: TrackedLease, until: number, attempt = 0): void {
+    const delay = Math.min(1_000, 100 * 2 ** attempt);
+    if (now() + delay >= until) return;
+    const timer = setTimeout(() => {
+      this.#tryRevoke(lease).then((done) => {
+        if (!done) this.#retryRevoke(lease, until, attempt + 1);
+      });
+    }, delay);
     timer.unref();
   }
 }

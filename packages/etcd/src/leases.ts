@@ -1,9 +1,8 @@
 import { setMaxListeners } from 'node:events';
 import { performance } from 'node:perf_hooks';
-import { TransportError } from '@dlock/core';
 import type { LeaseClientLike } from './client-like.js';
 import { withDeadline } from './deadline.js';
-import { isLeaseNotFound } from './errors.js';
+import { EtcdServiceClosedError, isLeaseNotFound } from './errors.js';
 import { KeepAliveChannel } from './keep-alive-channel.js';
 
 export const now = (): number => performance.now();
@@ -85,7 +84,8 @@ export class LeaseKeeper {
     this.#onSessionLost = onSessionLost;
   }
 
-  async grant(ttlS: number, session: boolean): Promise<TrackedLease> {
+  /** With `signal`, settles as soon as it aborts; a lease granted after that is revoked when the answer comes. */
+  async grant(ttlS: number, session: boolean, signal?: AbortSignal): Promise<TrackedLease> {
     const sentAt = now();
     const response = await withDeadline(
       'lease grant',
@@ -95,13 +95,14 @@ export class LeaseKeeper {
       (late) => {
         this.#client.leaseRevoke({ ID: late.ID }).catch(() => {});
       },
+      signal,
     );
     if (this.#closed) {
       // Granted while close() ran: close has revoked what it knew of, so this one goes too, not after its TTL.
       await withDeadline('lease revoke', this.#timeoutMs, (options) =>
         this.#client.leaseRevoke({ ID: response.ID }, options),
       ).catch(() => {});
-      throw new TransportError('the EtcdLockService was closed');
+      throw new EtcdServiceClosedError();
     }
     const granted = Number(response.TTL);
     return new TrackedLease(String(response.ID), granted > 0 ? granted : ttlS, sentAt, session);
@@ -132,11 +133,14 @@ export class LeaseKeeper {
     return outcome;
   }
 
-  /** Resolves true if the lease existed. Revoking deletes every key attached to it, in one raft entry. */
-  async revoke(lease: TrackedLease): Promise<boolean> {
+  /**
+   * Resolves true if the lease existed. Revoking deletes every key attached to it, in one raft entry. `timeoutMs`
+   * bounds this one try (default: the request timeout).
+   */
+  async revoke(lease: TrackedLease, timeoutMs = this.#timeoutMs): Promise<boolean> {
     this.#forget(lease);
     try {
-      await withDeadline('lease revoke', this.#timeoutMs, (options) =>
+      await withDeadline('lease revoke', timeoutMs, (options) =>
         this.#client.leaseRevoke({ ID: lease.id }, options),
       );
       return true;

@@ -38,4 +38,32 @@ describe('resolveOptions', () => {
       expect((error as InvalidArgumentError).field).toBe(field);
     }
   });
+
+  it.each([
+    [{ client, requestTimeout: 1_000 }, 'options.requestTimeout', 'requestTimeoutMs'],
+    [{ client, Prefix: 'app/' }, 'options.Prefix', 'prefix'],
+    [{ client, sesion: true }, 'options.sesion', 'session'],
+    [{ client, session: { ttl: 15_000 } }, 'options.session.ttl', 'ttlMs'],
+    [{ client, session: { TTLms: 15_000 } }, 'options.session.TTLms', 'ttlMs'],
+  ])('refuses the misspelt key in %o, naming it (%s) and the key meant (%s)', (options, field, meant) => {
+    try {
+      resolveOptions(options);
+      expect.unreachable();
+    } catch (error) {
+      expect(error).toBeInstanceOf(InvalidArgumentError);
+      expect((error as InvalidArgumentError).field).toBe(field);
+      expect((error as InvalidArgumentError).message).toContain(`"${meant}"`);
+    }
+  });
+
+  it('refuses an unknown key with no close match without suggesting one', () => {
+    try {
+      resolveOptions({ client, retries: 3 });
+      expect.unreachable();
+    } catch (error) {
+      expect(error).toBeInstanceOf(InvalidArgumentError);
+      expect((error as InvalidArgumentError).field).toBe('options.retries');
+      expect((error as InvalidArgumentError).message).not.toContain('did you mean');
+    }
+  });
 });

@@ -1,4 +1,5 @@
 import { InvalidArgumentError, MAX_TIMER_MS } from '@dlock/core';
+import { rejectUnknownKeys } from '@dlock/core/adapter';
 import type { EtcdClientLike } from './client-like.js';
 
 export interface EtcdSessionOptions {
@@ -36,6 +37,9 @@ export interface ResolvedOptions {
   readonly requestTimeoutMs: number;
 }
 
+const OPTION_KEYS = ['client', 'prefix', 'session', 'requestTimeoutMs'] as const;
+const SESSION_KEYS = ['ttlMs'] as const;
+
 const isObject = (value: unknown): value is Record<string, unknown> =>
   typeof value === 'object' && value !== null;
 
@@ -48,6 +52,8 @@ function positiveInt(value: unknown, field: string, max: number): number {
 
 export function resolveOptions(options: unknown): ResolvedOptions {
   if (!isObject(options)) throw new InvalidArgumentError('options', 'must be an object with a client');
+  // A misspelt key (`requestTimeout`, `sessions`) would otherwise leave its default in force without a word.
+  rejectUnknownKeys(options, 'options', OPTION_KEYS);
   const client = options['client'];
   if (
     !isObject(client) ||
@@ -65,6 +71,7 @@ export function resolveOptions(options: unknown): ResolvedOptions {
   let sessionTtlMs: number | undefined;
   if (session === true) sessionTtlMs = 0;
   else if (isObject(session)) {
+    rejectUnknownKeys(session, 'options.session', SESSION_KEYS);
     const ttl = session['ttlMs'];
     sessionTtlMs = ttl === undefined ? 0 : positiveInt(ttl, 'options.session.ttlMs', MAX_TIMER_MS);
   } else if (session !== false) {
