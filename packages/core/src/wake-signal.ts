@@ -1,3 +1,4 @@
+import { setMaxListeners } from 'node:events';
 import type { Clock } from './clock.js';
 
 /**
@@ -46,6 +47,9 @@ export function linkSignals(
   b: AbortSignal,
 ): { readonly signal: AbortSignal; dispose(): void } {
   if (!a) return { signal: b, dispose: () => {} };
+  // One caller signal often guards many concurrent acquires (a shutdown signal): each adds a listener for its
+  // duration and removes it after, so Node's leak warning at 11 listeners would be a false alarm.
+  setMaxListeners(0, a);
   const controller = new AbortController();
   const fromA = (): void => controller.abort(a.reason);
   const fromB = (): void => controller.abort(b.reason);

@@ -225,4 +225,28 @@ describe('acquireInQueue: the one queue algorithm', () => {
     await clock.advance(20_000);
     expect(driver.calls.leave).toBe(tries + 1);
   });
+
+  it('a driver that can give up atomically keeps a lock handed to it at the last moment', async () => {
+    const { clock, cleanups } = setup();
+    // At the deadline the holder's lease has just been handed over to this claim: giving up keeps it.
+    class HandingQueue extends MemoryQueue {
+      async giveUp(claim: Claim): Promise<Standing<number>> {
+        this.remove(claim.name, this.holder(claim.name) as number);
+        return this.check(claim);
+      }
+    }
+    const handing = new HandingQueue(clock);
+    const tools: QueueTools = { clock, cleanups, cleanupHorizonMs: () => 10_000 };
+    const request = (waitMs: number) => ({
+      name: 'a',
+      ownerId: 'o',
+      ttlMs: 1_000,
+      waitMs,
+      signal: new AbortController().signal,
+    });
+    await acquireInQueue(handing, request(0), tools);
+    const waiting = outcome(acquireInQueue(handing, request(300), tools));
+    await clock.advance(300);
+    expect(waiting.value).toMatchObject({ acquired: true });
+  });
 });

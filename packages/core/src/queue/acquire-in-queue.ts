@@ -47,9 +47,16 @@ export async function acquireInQueue<C, W>(
         if (signal.aborted) throw signal.reason;
         const remaining = deadline - clock.monotonic();
         if (remaining <= 0) {
-          await leave(driver, claim, request, tools);
           const hint = standing.holderExpiresInMs;
-          return hint === undefined ? { acquired: false } : { acquired: false, holderExpiresInMs: hint };
+          const notAcquired: AcquireResult =
+            hint === undefined ? { acquired: false } : { acquired: false, holderExpiresInMs: hint };
+          if (!driver.giveUp) {
+            await leave(driver, claim, request, tools);
+            return notAcquired;
+          }
+          standing = await driver.giveUp(claim);
+          if (standing.kind !== 'first') return notAcquired;
+          break;
         }
         standing =
           (await driver.wait(claim, standing.wait, remaining, signal)) ?? (await driver.check(claim));

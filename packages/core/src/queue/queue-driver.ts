@@ -43,4 +43,11 @@ export interface QueueDriver<C, W> {
    * Idempotent; throws on a transport failure, after which core retries it in the background.
    */
   leave(claim: C): Promise<void>;
+  /**
+   * Optional: leaves the queue at the deadline in one atomic step that keeps the lock instead if it was handed to
+   * this claim at the last moment (a backend whose release hands the lock over, like Redis). Resolves with the
+   * claim's standing after the step: `first` keeps the grant, anything else means the claim is gone. Without it
+   * core calls `leave`, which gives such a grant back.
+   */
+  giveUp?(claim: C): Promise<Standing<W>>;
 }
