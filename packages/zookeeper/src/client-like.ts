@@ -9,6 +9,14 @@ export interface ZooKeeperStatLike {
   readonly czxid: Buffer;
   /** The session that owns the node if it is ephemeral, else zero. */
   readonly ephemeralOwner: Buffer;
+  /**
+   * Read only to tell an abandoned lock parent (no children, no data, no child change for a while). A client whose
+   * stats lack them never has a parent deleted by the root sweep.
+   */
+  readonly numChildren?: number;
+  readonly dataLength?: number;
+  /** The zxid of the last change to the node's children. */
+  readonly pzxid?: Buffer;
 }
 
 /** The client's state objects (`State.SYNC_CONNECTED` …); only `code` is read. */

@@ -16,17 +16,28 @@ interface Cleanup {
   running: boolean;
 }
 
+/** Takes over the nodes of a session that ended, which may outlive it on a caller's client. */
+export type Orphaned = (
+  session: Session,
+  parent: string,
+  path: string | undefined,
+  attemptId: string | undefined,
+) => void;
+
 /**
  * Nodes deleted in the background while their session lives (Curator's "guaranteed delete"): a released node whose
  * delete failed, a create that succeeded after its caller gave up, the possible node of an attempt whose create
- * went unanswered. Each job tries a few times with growing pauses; a session's jobs end with it (so do its nodes).
+ * went unanswered. Each job tries a few times with growing pauses. A session's jobs end with it; they are handed to
+ * `orphaned`, since the session's nodes go with it only on the server's say.
  */
 export class Cleanups {
   readonly #clock: Clock;
+  readonly #orphaned: Orphaned;
   readonly #jobs = new Set<Cleanup>();
 
-  constructor(clock: Clock) {
+  constructor(clock: Clock, orphaned: Orphaned) {
     this.#clock = clock;
+    this.#orphaned = orphaned;
   }
 
   get size(): number {
@@ -34,13 +45,16 @@ export class Cleanups {
   }
 
   schedule(session: Session, parent: string, path: string | undefined, attemptId: string | undefined): void {
-    if (session.ended) return;
+    if (session.ended) {
+      this.#orphaned(session, parent, path, attemptId);
+      return;
+    }
     this.#jobs.add({ session, parent, path, attemptId, tries: 0, dueAt: 0, running: false });
     // A pending cleanup keeps the session's silence watched, as a grant does (and wakes the ticker).
     session.engage();
   }
 
-  /** Drops every job (of one session, or all). */
+  /** Drops every job (of one session, or all); the jobs of an ended session go to `orphaned`. */
   drop(session?: Session): void {
     for (const job of this.#jobs) if (!session || job.session === session) this.#drop(job);
   }
@@ -57,14 +71,16 @@ export class Cleanups {
       void this.#attempt(job).then((done) => {
         job.running = false;
         job.tries += 1;
-        if (done || job.tries >= CLEANUP_TRIES) this.#drop(job);
+        if (done || job.tries >= CLEANUP_TRIES) this.#drop(job, !done);
         else job.dueAt = this.#clock.monotonic() + 200 * 2 ** job.tries;
       });
     }
   }
 
-  #drop(job: Cleanup): void {
-    if (this.#jobs.delete(job)) job.session.disengage();
+  #drop(job: Cleanup, pending = true): void {
+    if (!this.#jobs.delete(job)) return;
+    job.session.disengage();
+    if (pending && job.session.ended) this.#orphaned(job.session, job.parent, job.path, job.attemptId);
   }
 
   async #attempt(job: Cleanup): Promise<boolean> {
@@ -111,6 +127,11 @@ export class ParentUse {
   /** Parents waiting for their idle time to pass. */
   get idle(): number {
     return this.#idleSince.size;
+  }
+
+  /** True while this service uses the parent or will delete it itself once idle. */
+  knows(parent: string): boolean {
+    return this.#users.has(parent) || this.#idleSince.has(parent);
   }
 
   use(parent: string): void {

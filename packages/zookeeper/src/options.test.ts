@@ -42,6 +42,23 @@ describe('options', () => {
     expect(invalid({ connectionString: 'x:1', clock: {} }).field).toBe('options.clock');
   });
 
+  it('refuses a misspelt key, naming it and the key that was probably meant', () => {
+    const typo = invalid({ connectionString: 'x:1', sesionTimeoutMs: 5_000 });
+    expect(typo.code).toBe('INVALID_ARGUMENT');
+    expect(typo.field).toBe('options.sesionTimeoutMs');
+    expect(typo.message).toContain('"sessionTimeoutMs"');
+    // Reported before the check for exactly one of `client` and `connectionString`, which the typo would trip.
+    const missing = invalid({ connectionStrng: 'x:1' });
+    expect(missing.field).toBe('options.connectionStrng');
+    expect(missing.message).toContain('"connectionString"');
+    expect(invalid({ client: fakeClient, idleParentMS: 100 }).message).toContain('"idleParentMs"');
+    expect(invalid({ client: fakeClient, prefix: '/locks' }).field).toBe('options.prefix');
+    // A key far from every option gets no suggestion, only the list.
+    const far = invalid({ client: fakeClient, zzzzzzzzzz: 1 });
+    expect(far.message).not.toContain('did you mean');
+    expect(far.message).toContain('idleParentMs');
+  });
+
   it('bounds each request by a third of the session timeout, within 0.5 to 5 s', () => {
     expect(requestTimeoutFor(400, undefined)).toBe(500);
     expect(requestTimeoutFor(4_000, undefined)).toBe(1_333);

@@ -1,16 +1,24 @@
 import { type Clock, InvalidArgumentError, MAX_TIMER_MS, systemClock } from '@dlock/core';
+import { rejectUnknownKeys } from '@dlock/core/adapter';
 import { isClientLike, type ZooKeeperClientLike } from './client-like.js';
 import { validRoot } from './keys.js';
 
 export interface ZooKeeperLockServiceBaseOptions {
-  /** The node under which every lock lives. Default `/dlock`. */
+  /**
+   * The node under which every lock lives. Default `/dlock`. Keep it for locks: any of its children that stays empty
+   * and without data for `idleParentMs` is deleted as an abandoned lock parent.
+   */
   readonly root?: string;
   /**
    * Upper bound, in ms, on every single ZooKeeper request (node-zookeeper-client has none). Default: a third of
    * the session timeout, between 500 and 5000.
    */
   readonly requestTimeoutMs?: number;
-  /** A lock's parent node is deleted once no lock of this service has used it for this long, in ms. Default 30000. */
+  /**
+   * A lock's parent node is deleted once no lock of this service has used it for this long, in ms. Parents other
+   * processes left behind are deleted once seen empty that long: the root is looked through every 1 to 1.5 times
+   * this (at least a second apart). Default 30000.
+   */
   readonly idleParentMs?: number;
   /** Time source; give it the same clock as the `LockClient`. Default `systemClock`. */
   readonly clock?: Clock;
@@ -43,6 +51,17 @@ export interface ResolvedOptions {
 
 export const DEFAULT_SESSION_TIMEOUT_MS = 10_000;
 
+/** Every key either form of the options may have; a misspelt one would otherwise silently mean "the default". */
+const KNOWN_KEYS = [
+  'connectionString',
+  'sessionTimeoutMs',
+  'client',
+  'root',
+  'requestTimeoutMs',
+  'idleParentMs',
+  'clock',
+] as const;
+
 function check(condition: boolean, field: string, problem: string): asserts condition {
   if (!condition) throw new InvalidArgumentError(field, problem);
 }
@@ -66,6 +85,8 @@ function isClock(value: unknown): value is Clock {
 
 export function resolveOptions(options: unknown): ResolvedOptions {
   check(typeof options === 'object' && options !== null, 'options', 'must be an object');
+  // Before the checks below: `{ connectionStrng }` should name the typo, not say that neither key was given.
+  rejectUnknownKeys(options, 'options', KNOWN_KEYS);
   const o = options as Record<string, unknown>;
   const hasClient = o['client'] !== undefined;
   const hasConnection = o['connectionString'] !== undefined;

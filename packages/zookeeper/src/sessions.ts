@@ -85,6 +85,11 @@ export interface SessionsOptions {
   readonly opened: (session: Session) => void;
   /** A session ended: every grant of it is lost. Called once per session. */
   readonly ended: (session: Session) => void;
+  /**
+   * The client passed in is connected under this session id (undefined: its session expired, it has none). It may
+   * be a session given up on: the server kept it alive after all, and so its nodes.
+   */
+  readonly callerConnected: (sessionId: string | undefined) => void;
 }
 
 /**
@@ -151,24 +156,36 @@ export class Sessions {
   }
 
   /**
+   * Gives the session up after a whole timeout of silence while it has something at stake, since the server has
+   * expired it by then (or will, before a partition heals) and node-zookeeper-client may never say so. Runs on each
+   * tick, and at the start of each call: a process that wakes from a pause must not act on a session the rule has
+   * already ended, just because no timer ran yet. True if the session ended now.
+   */
+  endIfSilent(now: number, tickMs: number): boolean {
+    const session = this.current;
+    const since = session?.trackingSince;
+    if (!session || since === undefined) return false;
+    const silentMs = now - Math.max(session.lastContactAt, since);
+    // One tick early, so that the tick's own lateness never makes this later than the server's expiry.
+    if (silentMs < session.timeoutMs - tickMs) return false;
+    this.end(
+      session,
+      `no answer from ZooKeeper for ${Math.round(silentMs)} ms (session timeout ${session.timeoutMs} ms)`,
+    );
+    return true;
+  }
+
+  /**
    * On each housekeeping tick, while the session has something at stake: keep a request in flight every third of
    * the session timeout; drop a connection silent for two thirds of it (the read timeout the client lacks), so the
-   * client reconnects or fails over; and give the session up after a whole timeout of silence, since the server
-   * has expired it by then (or will, before a partition heals) and node-zookeeper-client may never say so.
+   * client reconnects or fails over; and give the session up after a whole timeout of silence ({@link endIfSilent}).
    */
   check(now: number, tickMs: number): void {
+    if (this.endIfSilent(now, tickMs)) return;
     const session = this.current;
     const since = session?.trackingSince;
     if (!session || since === undefined) return;
     const silentMs = now - Math.max(session.lastContactAt, since);
-    // One tick early, so that the tick's own lateness never makes this later than the server's expiry.
-    if (silentMs >= session.timeoutMs - tickMs) {
-      this.end(
-        session,
-        `no answer from ZooKeeper for ${Math.round(silentMs)} ms (session timeout ${session.timeoutMs} ms)`,
-      );
-      return;
-    }
     if (now - session.lastContactAt >= session.timeoutMs / 3 && !session.heartbeatInFlight) {
       session.heartbeatInFlight = true;
       session
@@ -186,6 +203,17 @@ export class Sessions {
       session.droppedAt = now;
       dropConnection(session.client);
     }
+  }
+
+  /**
+   * A throwaway session object on the client passed in, while that client is connected under `sessionId`: what
+   * deletes the nodes of a session this service gave up on but the server kept. Never current, never reused.
+   */
+  sweeperFor(sessionId: string): Session | undefined {
+    const client = this.#o.client;
+    if (!client || !isConnected(client.getState())) return undefined;
+    if (client.getSessionId().toString('hex') !== sessionId) return undefined;
+    return this.#session(client);
   }
 
   /** After the service closed: closes the client it made, lets go of a client passed in. */
@@ -209,7 +237,14 @@ export class Sessions {
         'it ended before, and a client passed in cannot open another session: create a new client and service',
       );
     }
-    const session = new Session(
+    const session = this.#session(client);
+    this.#current = session;
+    this.#o.opened(session);
+    return session;
+  }
+
+  #session(client: ZooKeeperClientLike): Session {
+    return new Session(
       {
         clock: this.#o.clock,
         deadlines: this.#o.deadlines,
@@ -219,9 +254,6 @@ export class Sessions {
       client,
       client !== this.#o.client,
     );
-    this.#current = session;
-    this.#o.opened(session);
-    return session;
   }
 
   #newClient(): ZooKeeperClientLike {
@@ -297,6 +329,10 @@ export class Sessions {
   }
 
   #stateChanged(client: ZooKeeperClientLike, state: ZooKeeperStateLike): void {
+    if (client === this.#o.client && this.#retired.size > 0) {
+      if (isConnected(state)) this.#o.callerConnected(client.getSessionId().toString('hex'));
+      else if (isFinal(state)) this.#o.callerConnected(undefined);
+    }
     const session = this.current;
     if (!session || session.client !== client) return;
     switch (state.code) {

@@ -13,7 +13,9 @@ import { CREATE_MODE } from './client-like.js';
 import { ZK_ERROR, ZooKeeperServiceClosedError, zkErrorCode } from './errors.js';
 import { Cleanups, ParentUse } from './housekeeping.js';
 import { attemptPrefix, isNodeOfAttempt, lockParentPath, queueOrder } from './keys.js';
+import { Leftovers } from './leftovers.js';
 import { resolveOptions, type ZooKeeperLockServiceOptions } from './options.js';
+import { ParentSweep } from './parent-sweep.js';
 import { ReleaseWatches } from './release-watches.js';
 import { czxidOf, isConnectionLoss, type LeaseRecord, ownerOf, type Session } from './session.js';
 import { Sessions } from './sessions.js';
@@ -84,7 +86,9 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
   readonly #leaseListeners = new Set<(ownershipTokens: readonly string[]) => void>();
   readonly #watches: ReleaseWatches;
   readonly #parents: ParentUse;
+  readonly #sweep: ParentSweep;
   readonly #cleanups: Cleanups;
+  readonly #leftovers: Leftovers;
   readonly #acquires = new Set<Promise<unknown>>();
   /**
    * Whether a create's reply zxid is the node's czxid on this server, as ZooKeeper's FinalRequestProcessor makes
@@ -108,7 +112,19 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
       () => this.#tick(),
     );
     this.#parents = new ParentUse(this.#clock, o.idleParentMs, () => this.#ticker.wake());
-    this.#cleanups = new Cleanups(this.#clock);
+    this.#sweep = new ParentSweep({
+      clock: this.#clock,
+      root: o.root,
+      idleMs: o.idleParentMs,
+      session: () => this.#sessions.current,
+      known: (parent) => this.#parents.knows(parent),
+      closing: this.#closing.signal,
+    });
+    this.#leftovers = new Leftovers({ sweeperFor: (id) => this.#sessions.sweeperFor(id) });
+    this.#cleanups = new Cleanups(this.#clock, (session, parent, path, attemptId) => {
+      // A client this adapter made is closed with its session, and the server deletes the nodes.
+      if (!session.owned) this.#leftovers.add(session, parent, path, attemptId);
+    });
     this.#watches = new ReleaseWatches({
       clock: this.#clock,
       liveSession: () => this.#sessions.live(),
@@ -124,8 +140,12 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
       sessionTimeoutMs: o.sessionTimeoutMs,
       requestTimeoutMs: o.requestTimeoutMs,
       heartbeatPath: o.root,
-      opened: () => this.#watches.rearm(),
+      opened: () => {
+        this.#watches.rearm();
+        this.#sweep.start();
+      },
       ended: (session) => this.#sessionEnded(session),
+      callerConnected: (sessionId) => this.#leftovers.connected(sessionId),
     });
   }
 
@@ -141,6 +161,8 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
   }
 
   async renew(request: RenewRequest): Promise<RenewResult> {
+    this.#assertOpen();
+    this.#endIfSilent();
     const record = this.#lookup(request.lease);
     if (!record) return NOT_RENEWED;
     const sentAt = this.#clock.monotonic();
@@ -154,6 +176,8 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
    * only this process used, and each grant is bound here to the session that made it.
    */
   async renewMany(requests: readonly RenewRequest[]): Promise<readonly RenewResult[]> {
+    this.#assertOpen();
+    this.#endIfSilent();
     const results: RenewResult[] = requests.map(() => NOT_RENEWED);
     const bySession = new Map<Session, { index: number; record: LeaseRecord }[]>();
     requests.forEach((request, index) => {
@@ -185,7 +209,16 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
     return results;
   }
 
+  /**
+   * Resolves true if this call deleted the grant's node, false if there was nothing of this grant to delete: the
+   * node is gone, or its session ended (then the node goes with it, or is deleted when a caller's client brings the
+   * session back). Rejects with a `TransportError` only when the outcome is unknown; the node is then deleted in the
+   * background.
+   */
   async release(lease: Lease): Promise<boolean> {
+    this.#assertOpen();
+    // After a pause past the session timeout the session is over, even if no timer has run yet to say so.
+    this.#endIfSilent();
     const record = this.#lookup(lease);
     if (!record) return false;
     this.#forgetLease(record);
@@ -195,7 +228,9 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
     } catch (error) {
       if (zkErrorCode(error) === ZK_ERROR.NO_NODE) return false;
       // The handle is released locally all the same; the node must not block the queue until the session ends.
+      // On a session that ended meanwhile this hands the node to the leftovers of a caller's client.
       this.#cleanups.schedule(record.session, record.parent, record.path, undefined);
+      if (record.session.ended) return false;
       throw error;
     }
   }
@@ -245,6 +280,7 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
     const startedAt = clock.monotonic();
     const deadline = startedAt + request.waitMs;
     const parent = lockParentPath(this.#root, name);
+    this.#endIfSilent();
     const session = this.#sessions.current ?? (await this.#sessions.live(signal));
     if (session.leases.size > 0) await this.#reapOverdue(session);
     const attempt: Attempt = {
@@ -495,7 +531,13 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
   /** A contender that did not get the lock deletes its node, so it does not hold up the queue. */
   async #leaveQueue(attempt: Attempt): Promise<void> {
     const { session, parent } = attempt;
-    if (session.ended) return; // its nodes went with it
+    if (session.ended) {
+      // Its nodes go with it only once the server says so: a caller's client can bring the session back.
+      if (attempt.node !== undefined)
+        this.#cleanups.schedule(session, parent, `${parent}/${attempt.node}`, undefined);
+      if (attempt.uncertain) this.#cleanups.schedule(session, parent, undefined, attempt.id);
+      return;
+    }
     if (attempt.node !== undefined) {
       const path = `${parent}/${attempt.node}`;
       try {
@@ -590,18 +632,27 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
 
   // ---------------------------------------------------------------------------------------------- sessions
 
-  /** Every grant of an ended session is lost, at once, and so are its pending cleanups. */
+  /**
+   * Every grant of an ended session is lost, at once. Its nodes and pending cleanups become leftovers if a caller's
+   * client keeps the session: the adapter gives a session up slightly before the server would.
+   */
   #sessionEnded(session: Session): void {
     const tokens: string[] = [];
     for (const record of [...session.leases.values()]) {
       tokens.push(record.token);
       this.#forgetLease(record);
+      if (!session.owned) this.#leftovers.add(session, record.parent, record.path, undefined);
     }
     this.#cleanups.drop(session);
     if (tokens.length > 0) this.#reportLost(tokens);
   }
 
   // ---------------------------------------------------------------------------------------------- housekeeping
+
+  /** Applies the silence rule now rather than at the next tick (see `Sessions.endIfSilent`). */
+  #endIfSilent(): void {
+    this.#sessions.endIfSilent(this.#clock.monotonic(), this.#tickMs());
+  }
 
   #tickMs(): number {
     const timeoutMs = this.#sessions.current?.timeoutMs ?? this.#sessionTimeoutMs;
@@ -649,14 +700,19 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
     // Pending acquires see the abort, leave their queues and settle (every call they make is bounded).
     await Promise.allSettled([...this.#acquires]);
     const session = this.#sessions.current;
-    if (session) {
-      const idle = this.#parents.takeDue(Number.POSITIVE_INFINITY);
-      // Only a caller's client outlives this service, and with it the session and its nodes: delete them.
-      const held = session.owned ? [] : [...session.leases.values()].map((record) => record.path);
-      await Promise.allSettled(held.map((path) => session.remove(path)));
+    const idle = this.#parents.takeDue(Number.POSITIVE_INFINITY);
+    if (session?.owned) {
       await Promise.allSettled(idle.map((path) => session.remove(path)));
       this.#sessions.end(session, 'the lock service was closed');
+    } else {
+      // Only a caller's client outlives this service, and with it the session and its nodes. Ending the session
+      // makes its grants and pending cleanups leftovers, which go with those of sessions given up on before.
+      if (session) this.#sessions.end(session, 'the lock service was closed');
+      await this.#leftovers.sweepAll();
+      const sweeper = session && this.#sessions.sweeperFor(session.id);
+      if (sweeper) await Promise.allSettled(idle.map((path) => sweeper.remove(path)));
     }
+    this.#leftovers.close();
     this.#sessions.close();
     this.#cleanups.drop();
     this.#parents.takeDue(Number.POSITIVE_INFINITY);

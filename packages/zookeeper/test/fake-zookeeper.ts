@@ -11,10 +11,15 @@ import type {
 interface Node {
   readonly czxid: bigint;
   readonly owner: bigint;
+  readonly dataLength: number;
   cversion: number;
+  /** The zxid of the last child created or deleted under it. */
+  pzxid: bigint;
 }
 
-const CONNECTED: ZooKeeperStateLike = { name: 'SYNC_CONNECTED', code: 3 };
+export const CONNECTED: ZooKeeperStateLike = { name: 'SYNC_CONNECTED', code: 3 };
+export const DISCONNECTED: ZooKeeperStateLike = { name: 'DISCONNECTED', code: 0 };
+export const EXPIRED: ZooKeeperStateLike = { name: 'EXPIRED', code: -122 };
 const error = (code: number): Error & { code: number } => Object.assign(new Error(`zk ${code}`), { code });
 const long = (value: bigint): Buffer => {
   const buffer = Buffer.alloc(8);
@@ -31,9 +36,13 @@ export class FakeZooKeeper implements ZooKeeperClientLike {
   silent = false;
   readonly calls: string[] = [];
   drops = 0;
-  readonly #nodes = new Map<string, Node>([['/', { czxid: 0n, owner: 0n, cversion: 0 }]]);
+  readonly #nodes = new Map<string, Node>([
+    ['/', { czxid: 0n, owner: 0n, dataLength: 0, cversion: 0, pzxid: 0n }],
+  ]);
   readonly #dataWatches = new Map<string, ZooKeeperWatcher[]>();
-  readonly #sessionId = 0x0100_0000_0000_0001n;
+  readonly #stateListeners = new Set<(state: ZooKeeperStateLike) => void>();
+  #state = CONNECTED;
+  #sessionId = 0x0100_0000_0000_0001n;
   readonly #timeoutMs: number;
   #zxid = 100n;
 
@@ -54,7 +63,7 @@ export class FakeZooKeeper implements ZooKeeperClientLike {
   connect(): void {}
   close(): void {}
   getState(): ZooKeeperStateLike {
-    return CONNECTED;
+    return this.#state;
   }
   getSessionId(): Buffer {
     return long(this.#sessionId);
@@ -62,11 +71,31 @@ export class FakeZooKeeper implements ZooKeeperClientLike {
   getSessionTimeout(): number {
     return this.#timeoutMs;
   }
-  on(): unknown {
+  on(_event: 'state', listener: (state: ZooKeeperStateLike) => void): unknown {
+    this.#stateListeners.add(listener);
     return this;
   }
-  removeListener(): unknown {
+  removeListener(_event: 'state', listener: (state: ZooKeeperStateLike) => void): unknown {
+    this.#stateListeners.delete(listener);
     return this;
+  }
+
+  /** Moves to `state` and tells the listeners, as the client does. */
+  setState(state: ZooKeeperStateLike): void {
+    this.#state = state;
+    for (const listener of [...this.#stateListeners]) listener(state);
+  }
+
+  /** The server expires the session: its ephemeral nodes go. Reconnecting afterwards gets a new session. */
+  expireSession(): void {
+    for (const [path, node] of [...this.#nodes]) {
+      if (node.owner === this.#sessionId) this.#delete(path);
+    }
+    this.#sessionId += 1n;
+  }
+
+  has(path: string): boolean {
+    return this.#nodes.has(path);
   }
 
   children(path: string): string[] {
@@ -86,7 +115,7 @@ export class FakeZooKeeper implements ZooKeeperClientLike {
     return path.slice(0, path.lastIndexOf('/')) || '/';
   }
 
-  create(path: string, _data: Buffer, mode: number, callback: ZooKeeperCallback<string>): void {
+  create(path: string, data: Buffer, mode: number, callback: ZooKeeperCallback<string>): void {
     this.#answer(`create ${path}`, () => {
       const parent = this.#nodes.get(this.#parent(path));
       if (!parent) return callback(error(-101), '');
@@ -94,7 +123,14 @@ export class FakeZooKeeper implements ZooKeeperClientLike {
       if (this.#nodes.has(full)) return callback(error(-110), '');
       this.#zxid += 1n;
       parent.cversion += 1;
-      this.#nodes.set(full, { czxid: this.#zxid, owner: mode === 3 ? this.#sessionId : 0n, cversion: 0 });
+      parent.pzxid = this.#zxid;
+      this.#nodes.set(full, {
+        czxid: this.#zxid,
+        owner: mode === 3 ? this.#sessionId : 0n,
+        dataLength: data.length,
+        cversion: 0,
+        pzxid: this.#zxid,
+      });
       this.connectionManager.zxid = long(this.#zxid);
       callback(null, full);
     });
@@ -104,17 +140,31 @@ export class FakeZooKeeper implements ZooKeeperClientLike {
     this.#answer(`delete ${path}`, () => {
       if (!this.#nodes.has(path)) return callback(error(-101));
       if (this.children(path).length > 0) return callback(error(-111));
-      this.#nodes.delete(path);
-      this.#zxid += 1n;
+      this.#delete(path);
       callback(null);
-      for (const watcher of this.#dataWatches.get(path) ?? []) watcher({ type: 2, path });
-      this.#dataWatches.delete(path);
     });
+  }
+
+  #delete(path: string): void {
+    this.#nodes.delete(path);
+    this.#zxid += 1n;
+    const parent = this.#nodes.get(this.#parent(path));
+    if (parent) parent.pzxid = this.#zxid;
+    for (const watcher of this.#dataWatches.get(path) ?? []) watcher({ type: 2, path });
+    this.#dataWatches.delete(path);
   }
 
   #stat(path: string): ZooKeeperStatLike | null {
     const node = this.#nodes.get(path);
-    return node ? { czxid: long(node.czxid), ephemeralOwner: long(node.owner) } : null;
+    return node
+      ? {
+          czxid: long(node.czxid),
+          ephemeralOwner: long(node.owner),
+          numChildren: this.children(path).length,
+          dataLength: node.dataLength,
+          pzxid: long(node.pzxid),
+        }
+      : null;
   }
 
   exists(path: string, a: unknown, b?: unknown): void {

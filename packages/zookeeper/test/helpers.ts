@@ -1,4 +1,6 @@
+import { type ChildProcess, fork } from 'node:child_process';
 import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
 import type { ZooKeeperClientLike, ZooKeeperStatLike, ZooKeeperWatcher } from '../src/index.js';
 
 interface ZooKeeperModule {
@@ -133,4 +135,76 @@ export function countingClient(
       inner.removeListener(event, listener),
   };
   return client as unknown as ZooKeeperClientLike & { readonly counts: Counts };
+}
+
+interface Described {
+  readonly name?: string;
+  readonly code?: string;
+  readonly reason?: string;
+  readonly message: string;
+}
+
+/** What `fixtures/holder.mjs` reports over IPC. */
+export interface HolderMessage {
+  readonly type: 'acquired' | 'released' | 'error';
+  readonly token?: string;
+  readonly session?: string;
+  readonly wokeAt?: number;
+  readonly outcome?:
+    | { readonly settled: 'resolved'; readonly value: unknown }
+    | { readonly settled: 'rejected'; readonly error: Described };
+  readonly state?: string | null;
+  readonly lost?: readonly string[];
+  readonly error?: Described;
+}
+
+export interface Holder {
+  readonly child: ChildProcess;
+  /** The first message of `type`; rejects if the holder reported an error or sent nothing in time. */
+  next(type: HolderMessage['type'], ms: number): Promise<HolderMessage>;
+  /** Lets it close and exit, or kills it; resolves once it is gone. */
+  stop(): Promise<void>;
+}
+
+/**
+ * A lock holder in a child process running the BUILT package (`fixtures/holder.mjs`), acquiring `name` at once:
+ * something a test can freeze, or kill, with the whole process.
+ */
+export function forkHolder(
+  connect: string,
+  root: string,
+  name: string,
+  mode: 'client' | 'service',
+  sessionTimeoutMs: number,
+): Holder {
+  const child = fork(
+    fileURLToPath(new URL('./fixtures/holder.mjs', import.meta.url)),
+    [connect, root, name, mode, String(sessionTimeoutMs)],
+    { execArgv: [], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] },
+  );
+  const messages: HolderMessage[] = [];
+  child.on('message', (m: HolderMessage) => messages.push(m));
+  const gone = (): boolean => child.exitCode !== null || child.signalCode !== null;
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  return {
+    child,
+    async next(type, ms) {
+      const end = Date.now() + ms;
+      for (;;) {
+        const found = messages.find((m) => m.type === type || m.type === 'error');
+        if (found?.type === 'error') throw new Error(`holder failed: ${JSON.stringify(found.error)}`);
+        if (found) return found;
+        if (Date.now() > end || gone()) throw new Error(`no "${type}" from the holder within ${ms} ms`);
+        await sleep(20);
+      }
+    },
+    async stop() {
+      if (gone()) return;
+      child.kill('SIGCONT');
+      if (child.connected) child.send('exit');
+      await Promise.race([exited, sleep(5_000)]);
+      if (!gone()) child.kill('SIGKILL');
+      await exited;
+    },
+  };
 }

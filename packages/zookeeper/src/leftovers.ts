@@ -1,0 +1,130 @@
+import { ZK_ERROR, zkErrorCode } from './errors.js';
+import { isNodeOfAttempt } from './keys.js';
+import type { Session } from './session.js';
+
+/** The nodes a session may still have on the server: exact paths, and attempts whose node name is unknown. */
+interface Nodes {
+  readonly paths: Set<string>;
+  /** attempt id → parent */
+  readonly attempts: Map<string, string>;
+  /** Something was added since the last sweep began. */
+  dirty: boolean;
+}
+
+export interface LeftoversDeps {
+  /** A session object to send deletes with, while the client passed in is connected under that id. */
+  readonly sweeperFor: (sessionId: string) => Session | undefined;
+}
+
+/**
+ * The nodes of sessions this service gave up on while the client passed in lives on: its grants, its queue nodes,
+ * its pending cleanups. The adapter declares a session over slightly before the server would, and a connection
+ * that comes back under the same session id finds its ephemeral nodes still there, blocking other processes for as
+ * long as the caller's client lives. They are deleted as soon as the client is connected under that session again
+ * (at once, if it never stopped being), and forgotten once it has another session or none (then the server
+ * deleted them). A client this adapter made needs none of this: it is closed with its session.
+ */
+export class Leftovers {
+  readonly #deps: LeftoversDeps;
+  readonly #bySession = new Map<string, Nodes>();
+  readonly #sweeping = new Map<string, Promise<void>>();
+  #closed = false;
+
+  constructor(deps: LeftoversDeps) {
+    this.#deps = deps;
+  }
+
+  /** Remembers `path`, or else every node of `attemptId` under `parent`, and deletes it if it can now. */
+  add(session: Session, parent: string, path: string | undefined, attemptId: string | undefined): void {
+    if (this.#closed) return;
+    let nodes = this.#bySession.get(session.id);
+    if (!nodes) {
+      nodes = { paths: new Set(), attempts: new Map(), dirty: false };
+      this.#bySession.set(session.id, nodes);
+    }
+    if (path !== undefined) nodes.paths.add(path);
+    if (attemptId !== undefined) nodes.attempts.set(attemptId, parent);
+    if (nodes.dirty) return; // a sweep is due already
+    nodes.dirty = true;
+    // Deferred, so that the many nodes of one ending session go out in one sweep. A sweep under way sees `dirty`.
+    if (!this.#sweeping.has(session.id)) queueMicrotask(() => void this.sweep(session.id));
+  }
+
+  /** The caller's client is connected under `sessionId`, or (undefined) has no session any more. */
+  connected(sessionId: string | undefined): void {
+    for (const id of [...this.#bySession.keys()]) {
+      // The client holds one session at a time: any other one is over, and the server deleted its nodes.
+      if (id !== sessionId) this.#bySession.delete(id);
+    }
+    if (sessionId !== undefined) void this.sweep(sessionId);
+  }
+
+  /** Deletes what it can of one session's nodes now; what fails waits for the next reconnect. */
+  sweep(sessionId: string): Promise<void> {
+    const running = this.#sweeping.get(sessionId);
+    if (running) return running;
+    const run = (async () => {
+      while (await this.#sweepOnce(sessionId)) {
+        // more was added while it ran
+      }
+    })().finally(() => {
+      this.#sweeping.delete(sessionId);
+      // Added between the last pass and now, with no sweep scheduled for it.
+      if (this.#bySession.get(sessionId)?.dirty) void this.sweep(sessionId);
+    });
+    this.#sweeping.set(sessionId, run);
+    return run;
+  }
+
+  /** Sweeps every session that can be swept now; used by `close()`. */
+  async sweepAll(): Promise<void> {
+    await Promise.allSettled([...this.#bySession.keys()].map((id) => this.sweep(id)));
+  }
+
+  /** After the service closed: nothing more is taken on or deleted. */
+  close(): void {
+    this.#closed = true;
+    this.#bySession.clear();
+  }
+
+  /** One pass over what is known now; true if more was added meanwhile and the client is still there for it. */
+  async #sweepOnce(sessionId: string): Promise<boolean> {
+    const nodes = this.#bySession.get(sessionId);
+    if (!nodes || this.#closed) return false;
+    nodes.dirty = false;
+    const sweeper = this.#deps.sweeperFor(sessionId);
+    if (!sweeper) return false;
+    const removals = [...nodes.paths].map(async (path) => {
+      if (await removed(sweeper, path)) nodes.paths.delete(path);
+    });
+    const scans = [...nodes.attempts].map(async ([attemptId, parent]) => {
+      let children: string[];
+      try {
+        children = await sweeper.getChildren(parent);
+      } catch (error) {
+        if (zkErrorCode(error) === ZK_ERROR.NO_NODE) nodes.attempts.delete(attemptId);
+        return;
+      }
+      const mine = children.filter((child) => isNodeOfAttempt(child, attemptId));
+      const done = await Promise.all(mine.map((child) => removed(sweeper, `${parent}/${child}`)));
+      if (done.every(Boolean)) nodes.attempts.delete(attemptId);
+    });
+    await Promise.all([...removals, ...scans]);
+    if (this.#bySession.get(sessionId) !== nodes) return false;
+    if (nodes.paths.size === 0 && nodes.attempts.size === 0) {
+      this.#bySession.delete(sessionId);
+      return false;
+    }
+    return nodes.dirty;
+  }
+}
+
+/** Deletes a node; true if it is gone now (deleted, or already gone), false if the outcome is unknown. */
+async function removed(session: Session, path: string): Promise<boolean> {
+  try {
+    await session.remove(path);
+    return true;
+  } catch (error) {
+    return zkErrorCode(error) === ZK_ERROR.NO_NODE;
+  }
+}
