@@ -1,6 +1,8 @@
 /**
- * The small part of node-redis (`redis` ^5) the adapter calls. A `createClient()` client satisfies both interfaces;
- * declaring them here keeps `redis` a peer dependency the adapter never imports.
+ * The small part of node-redis (`redis` ^5 or ^6) the adapter calls. A `createClient()` client satisfies both
+ * interfaces; declaring them here keeps `redis` a peer dependency the adapter never imports. At run time the service
+ * also checks that the client is a node-redis 5 or 6 client (see `client-kind.ts`): ioredis and node-redis 4 have
+ * methods of the same names with other contracts.
  */
 
 /** Receives one pub/sub message. */

@@ -1,7 +1,8 @@
 import { TransportError } from '@dlock/core';
 import { FakeClock } from '@dlock/testing';
 import { beforeEach, describe, expect, it } from 'vitest';
-import { Deadlines } from './deadlines.js';
+import { type CallState, Deadlines, WATCH_SIGNAL_AFTER_MS } from './deadlines.js';
+import { LuaScript } from './scripts.js';
 
 function deferred<T>() {
   let resolve!: (value: T) => void;
@@ -75,5 +76,86 @@ describe('Deadlines', () => {
     expect(clock.pendingTimers).toBe(1);
     await clock.advance(1_001);
     expect(clock.pendingTimers).toBe(0);
+  });
+
+  it("reads the caller's signal only once a call is slow, then gives up at once when it aborts", async () => {
+    const deadlines = new Deadlines(clock);
+    const caller = new AbortController();
+    let reads = 0;
+    const signal = (): AbortSignal => {
+      reads += 1;
+      return caller.signal;
+    };
+    const fast = deferred<string>();
+    const state: CallState = { abandoned: false };
+    const boundFast = deadlines.bound(fast.promise, 5_000, 'acquire', { signal, state });
+    fast.resolve('ok');
+    await expect(boundFast).resolves.toBe('ok');
+    await clock.advance(WATCH_SIGNAL_AFTER_MS + 1);
+    expect(reads).toBe(0);
+
+    let outcome: unknown;
+    deadlines
+      .bound(deferred<string>().promise, 5_000, 'acquire', { signal, state })
+      .catch((error: unknown) => {
+        outcome = error;
+      });
+    await clock.advance(WATCH_SIGNAL_AFTER_MS + 1);
+    expect(reads).toBe(1);
+    expect(outcome).toBeUndefined();
+    const reason = new Error('core gave up');
+    caller.abort(reason);
+    await clock.advance(0);
+    expect(outcome).toBe(reason);
+    expect(state.abandoned).toBe(true);
+  });
+
+  it('gives up at once on a slow call whose signal had already aborted', async () => {
+    const deadlines = new Deadlines(clock);
+    const reason = new Error('gone');
+    const state: CallState = { abandoned: false };
+    let outcome: unknown;
+    deadlines
+      .bound(deferred<string>().promise, 5_000, 'acquire', { signal: () => AbortSignal.abort(reason), state })
+      .catch((error: unknown) => {
+        outcome = error;
+      });
+    await clock.advance(WATCH_SIGNAL_AFTER_MS);
+    expect(outcome).toBe(reason);
+    expect(state.abandoned).toBe(true);
+  });
+});
+
+describe('LuaScript', () => {
+  const noScript = (): Error => new Error('NOSCRIPT No matching script. Please use EVAL.');
+
+  it('re-sends the source after NOSCRIPT, unless the call was given up meanwhile', async () => {
+    const script = new LuaScript('return 1');
+    const sent: string[] = [];
+    const send = async (args: string[]): Promise<unknown> => {
+      sent.push(args[0] as string);
+      if (args[0] === 'EVALSHA') throw noScript();
+      return 1;
+    };
+    await expect(script.run(send, ['k'], ['a'])).resolves.toBe(1);
+    expect(sent).toEqual(['EVALSHA', 'EVAL']);
+    sent.length = 0;
+    // A script that ran after the caller's clean-up would undo it: nothing more is sent.
+    await expect(script.run(send, ['k'], ['a'], { abandoned: true })).rejects.toThrow('NOSCRIPT');
+    expect(sent).toEqual(['EVALSHA']);
+  });
+
+  it('sends clean-ups whole, never by SHA', async () => {
+    const script = new LuaScript('return 2');
+    const sent: string[][] = [];
+    await script.runWhole(
+      async (args) => {
+        sent.push(args);
+        return 0;
+      },
+      ['k1', 'k2'],
+      ['x'],
+    );
+    expect(sent).toEqual([['EVAL', 'return 2', '2', 'k1', 'k2', 'x']]);
   });
 });

@@ -18,8 +18,11 @@ export interface NotifierOptions {
   readonly channel: string;
   readonly deadlines: Deadlines;
   readonly timeoutMs: number;
-  /** A grant handed to one of this service's waiters: `<ownership token> <fencing token>`. */
-  readonly onGrant: (message: string) => void;
+  /**
+   * A message on the service channel: a grant handed to one of this service's waiters is `<ownership token>
+   * <fencing token>`, but anyone can publish there, so it must expect anything.
+   */
+  readonly onGrant: (message: unknown) => void;
   /** The subscriber (re)connected: messages sent while it was down are lost, so waiters should look again. */
   readonly onReconnect: () => void;
 }
@@ -46,7 +49,14 @@ export class Notifier {
   readonly #onError = (): void => {
     // node-redis reconnects by itself; an 'error' event without a listener would crash the process.
   };
-  readonly #onGrant: MessageListener = (message) => this.#options.onGrant(message);
+  // Called by the client library: an exception here would escape into its socket handler and crash the process.
+  readonly #onGrant: MessageListener = (message) => {
+    try {
+      this.#options.onGrant(message);
+    } catch {
+      // A message we cannot use is not ours: ignored.
+    }
+  };
 
   constructor(options: NotifierOptions) {
     this.#options = options;
@@ -85,7 +95,13 @@ export class Notifier {
     if (!entry) {
       const callbacks = new Set<() => void>();
       const listener: MessageListener = () => {
-        for (const cb of [...callbacks]) cb();
+        for (const cb of [...callbacks]) {
+          try {
+            cb();
+          } catch {
+            // One throwing watcher must neither starve the others nor escape into the client library.
+          }
+        }
       };
       const fresh = { callbacks, listener };
       entry = fresh;

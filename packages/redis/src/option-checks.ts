@@ -1,21 +1,35 @@
 import { InvalidArgumentError, MAX_TIMER_MS } from '@dlock/core';
+import { rejectUnknownKeys } from '@dlock/core/adapter';
 
 /**
- * Constructor-option checks shared by `RedisLockService` and `RedlockService`: both take node-redis clients, a
- * per-call bound and a fence retention, and must reject the same bad values with the same messages.
+ * Constructor-option checks shared by `RedisLockService` and `RedlockService`: both take node-redis clients (see
+ * `client-kind.ts`), a per-call bound and a fence retention, and must reject the same bad values with the same
+ * messages.
  */
 
-/** A node-redis client, recognised by the methods the service calls on it. */
-export function checkClient(
+/** Refuses anything but a plain options object, then keys nobody reads (a misspelt key would silently default). */
+export function checkOptionsObject(
   value: unknown,
   field: string,
-  methods: readonly string[],
-): Record<string, unknown> {
-  const v = value as Record<string, unknown> | null | undefined;
-  if (typeof v !== 'object' || v === null || methods.some((m) => typeof v[m] !== 'function')) {
-    throw new InvalidArgumentError(field, `must be a node-redis client (with ${methods.join(', ')})`);
+  known: readonly string[],
+  needs: string,
+): asserts value is Record<string, unknown> {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    throw new InvalidArgumentError(field, `must be an object with ${needs}`);
   }
-  return v;
+  rejectUnknownKeys(value, field, known);
+}
+
+/** What the services need of an injected clock: the methods they call on it. */
+export function checkClock(value: unknown, field: string): void {
+  const v = value as Record<string, unknown> | null;
+  if (
+    typeof v !== 'object' ||
+    v === null ||
+    !['now', 'monotonic', 'sleep', 'random'].every((m) => typeof v[m] === 'function')
+  ) {
+    throw new InvalidArgumentError(field, 'must be a Clock (with now, monotonic, sleep and random)');
+  }
 }
 
 /** A bound on calls in ms, from 1 to the longest timer Node runs; `integer` also refuses fractions. */

@@ -8,16 +8,19 @@ import {
   MAX_TIMER_MS,
   type RenewRequest,
   type RenewResult,
+  systemClock,
   TransportError,
   validateName,
 } from '@dlock/core';
+import { BackgroundRetries } from '@dlock/core/adapter';
+import { checkNodeRedisClient } from './client-kind.js';
 import type { RedisClientLike, RedisSubscriberLike } from './client-like.js';
-import { Deadlines } from './deadlines.js';
+import { type CallState, Deadlines } from './deadlines.js';
 import { DEFAULT_KEY_PREFIX, type LockKeys, lockKeys, validateKeyPrefix } from './keys.js';
 import { Notifier } from './notifier.js';
 import {
-  checkClient,
   checkFenceRetentionMs,
+  checkOptionsObject,
   checkTimeoutMs,
   DEFAULT_FENCE_RETENTION_MS,
 } from './option-checks.js';
@@ -56,22 +59,13 @@ const RENEW_CHUNK = 1_000;
 const EXPIRY_SLACK_MS = 2;
 /** When the holder's expiry is unknown, a waiter looks again after this long. */
 const UNKNOWN_EXPIRY_RECHECK_MS = 1_000;
-const CLEANUP_RETRY_BASE_MS = 50;
-const CLEANUP_RETRY_CAP_MS = 1_000;
+/**
+ * Bound on each try of a clean-up (when `commandTimeoutMs` is longer): while replies are being lost every try
+ * times out, and the next one, which may be the one that gets through, must not wait for a long command bound.
+ */
+const CLEANUP_TRY_MS = 1_000;
 
-/** Resolves after `ms`, or at once when `signal` aborts; never keeps the process alive. */
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  if (signal.aborted) return Promise.resolve();
-  return new Promise((resolve) => {
-    const done = (): void => {
-      clearTimeout(timer);
-      signal.removeEventListener('abort', done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms).unref();
-    signal.addEventListener('abort', done, { once: true });
-  });
-}
+const OPTION_KEYS = ['client', 'subscriber', 'keyPrefix', 'commandTimeoutMs', 'fenceRetentionMs'] as const;
 
 type ScriptReply =
   /** `pttl` is set when the grant predates the script that reported it (a hand-off not yet heard of). */
@@ -97,6 +91,8 @@ interface Attempt {
 }
 
 const DECIMAL = /^[1-9]\d*$/;
+/** A hand-off message: "<ownership token> <fencing token>". */
+const HAND_OFF = /^(\S+) (\d+)$/;
 
 /**
  * The acquire and leave scripts answer with the fencing token (a string) when they granted the lock to the caller,
@@ -133,22 +129,18 @@ function claimOf(lease: Lease): string {
 }
 
 function validateOptions(options: unknown): asserts options is RedisLockServiceOptions {
-  if (typeof options !== 'object' || options === null) {
-    throw new InvalidArgumentError('options', 'must be an object with a connected node-redis `client`');
-  }
-  const o = options as Record<string, unknown>;
-  const client = checkClient(o['client'], 'options.client', ['sendCommand']);
+  checkOptionsObject(options, 'options', OPTION_KEYS, 'a connected node-redis `client`');
+  const o = options;
+  checkNodeRedisClient(o['client'], 'options.client');
   const subscriber = o['subscriber'];
   if (subscriber !== undefined) {
-    checkClient(subscriber, 'options.subscriber', ['subscribe']);
-    if (subscriber === client) {
+    checkNodeRedisClient(subscriber, 'options.subscriber');
+    if (subscriber === o['client']) {
       throw new InvalidArgumentError(
         'options.subscriber',
         'must be a separate connection from options.client',
       );
     }
-  } else if (typeof client['duplicate'] !== 'function') {
-    throw new InvalidArgumentError('options.client', 'must have duplicate() when no subscriber is given');
   }
   if (o['keyPrefix'] !== undefined) validateKeyPrefix(o['keyPrefix']);
   if (o['commandTimeoutMs'] !== undefined)
@@ -185,8 +177,8 @@ export class RedisLockService implements LockService {
   readonly #channel: string;
   /** Queued acquires of this service by ownership token. */
   readonly #waiters = new Map<string, Waiter>();
-  readonly #background = new Set<Promise<unknown>>();
-  readonly #closing = new AbortController();
+  /** Owner-checked clean-ups after acquires whose outcome is unknown. */
+  readonly #cleanups = new BackgroundRetries(systemClock);
   #closed = false;
   readonly #send = (args: string[]): Promise<unknown> => {
     // Fail fast rather than sit in node-redis' offline queue and run after the caller gave up (node-redis #1039).
@@ -239,8 +231,9 @@ export class RedisLockService implements LockService {
         return this.#queue({ name, keys, owner, ttlMs, signal: request.signal, calledAt, deadline });
       }
     }
-    // Not queueing (no wait, or no subscriber to be woken through): one attempt, and core's loop waits.
-    const { reply, sentAt } = await this.#attempt(keys, owner, ttlMs, 0);
+    // Not queueing (no wait, or no subscriber to be woken through): one attempt, and core's loop waits. The signal
+    // is read only if the script is slow: core makes it on first read, and a fast acquire should not pay for it.
+    const { reply, sentAt } = await this.#attempt(keys, owner, ttlMs, 0, () => request.signal);
     if (reply.granted) return this.#granted(owner, reply.fence, ttlMs, sentAt - calledAt);
     return reply.pttl > 0 ? { acquired: false, holderExpiresInMs: reply.pttl } : { acquired: false };
   }
@@ -278,11 +271,10 @@ export class RedisLockService implements LockService {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
-    this.#closing.abort();
     for (const waiter of this.#waiters.values()) waiter.deliver({ kind: 'closed' });
     // Let the waits reach their cleanup before waiting for it.
     await new Promise<void>((resolve) => setImmediate(resolve));
-    await Promise.allSettled([...this.#background]);
+    await this.#cleanups.close();
     await this.#notifier.close();
   }
 
@@ -302,13 +294,26 @@ export class RedisLockService implements LockService {
     };
   }
 
-  /** One run of the acquire script. A failure leaves the outcome unknown, so the grant it may have made is undone. */
-  async #attempt(keys: LockKeys, owner: string, ttlMs: number, waitMs: number): Promise<Attempt> {
+  /**
+   * One run of the acquire script. A failure leaves the outcome unknown, so the grant it may have made is undone;
+   * so does the caller giving up (core aborts the signal when it abandons the call): the undo starts then, not at
+   * this call's own, possibly much later, deadline.
+   */
+  async #attempt(
+    keys: LockKeys,
+    owner: string,
+    ttlMs: number,
+    waitMs: number,
+    signal: () => AbortSignal,
+  ): Promise<Attempt> {
     const args = [owner, String(ttlMs), String(waitMs)];
     if (waitMs > 0) args.push(this.#channel);
     const sentAt = performance.now();
     try {
-      const reply = parseReply(await this.#run(this.#scripts.acquire, keys, args, 'acquire'), 'acquire');
+      const reply = parseReply(
+        await this.#run(this.#scripts.acquire, keys, args, 'acquire', signal),
+        'acquire',
+      );
       return { reply, sentAt };
     } catch (error) {
       // The grant (or queue entry) can matter for at most its TTL after the entry's deadline.
@@ -328,8 +333,18 @@ export class RedisLockService implements LockService {
     // reports the same grant; once that grant is used up (its lease ran out before we could return it), a late copy
     // of it must not be taken for a new hand-off: the lock may belong to someone else by now.
     let spent = 0n;
-    const look = (): Promise<Attempt> =>
-      this.#attempt(keys, owner, ttlMs, Math.max(1, Math.ceil(deadline - performance.now())));
+    const signalOf = (): AbortSignal => signal;
+    const look = async (): Promise<Attempt> => {
+      // Given up between two looks: nothing more is sent, and the entry we may have is removed.
+      if (signal.aborted) this.#abandon(keys, owner, ttlMs, deadline, signal.reason);
+      return this.#attempt(
+        keys,
+        owner,
+        ttlMs,
+        Math.max(1, Math.ceil(deadline - performance.now())),
+        signalOf,
+      );
+    };
     try {
       let attempt = await look();
       for (;;) {
@@ -365,7 +380,7 @@ export class RedisLockService implements LockService {
           }
         }
         if (fence > spent) spent = fence;
-        const granted = await this.#fresh(wait, fence, leaseFrom);
+        const granted = await this.#fresh(wait, fence, leaseFrom, signalOf);
         if (granted) return granted;
         // The lease ran out before we could use it (a very long delay since the hand-off): queue again.
         if (deadline - performance.now() <= 0) return { acquired: false };
@@ -381,7 +396,12 @@ export class RedisLockService implements LockService {
    * If a third of the lease may already be gone, it is extended first, so that the caller gets a handle with
    * a full window instead of one that core would find (nearly) expired. Resolves null if the lease ran out.
    */
-  async #fresh(wait: QueuedWait, fence: bigint, leaseFrom: number): Promise<AcquireResult | null> {
+  async #fresh(
+    wait: QueuedWait,
+    fence: bigint,
+    leaseFrom: number,
+    signal: () => AbortSignal,
+  ): Promise<AcquireResult | null> {
     const { name, keys, owner, ttlMs, calledAt } = wait;
     if (leaseFrom + ttlMs - performance.now() >= ttlMs / 3) {
       return this.#granted(owner, fence, ttlMs, leaseFrom - calledAt);
@@ -390,7 +410,8 @@ export class RedisLockService implements LockService {
     const sentAt = performance.now();
     let renewed: boolean;
     try {
-      renewed = (await this.renew({ lease, ttlMs })).renewed;
+      const [result] = await this.#renewChunk([{ lease, ttlMs }], signal);
+      renewed = result?.renewed === true;
     } catch (error) {
       this.#leaveInBackground(keys, owner, ttlMs);
       throw error;
@@ -400,18 +421,20 @@ export class RedisLockService implements LockService {
 
   /** The wait budget is spent: leave the queue, but keep the lock if a hand-off reached us at the last moment. */
   async #giveUp(wait: QueuedWait, lastMiss: number): Promise<AcquireResult> {
-    const { keys, owner, ttlMs } = wait;
+    const { keys, owner, ttlMs, signal } = wait;
+    const signalOf = (): AbortSignal => signal;
     let attempt: Attempt;
     const sentAt = performance.now();
     try {
-      attempt = { reply: parseReply(await this.#leave(keys, owner, true), 'leave'), sentAt };
+      const reply = await this.#run(this.#scripts.leave, keys, [owner, '1'], 'leave queue', signalOf);
+      attempt = { reply: parseReply(reply, 'leave'), sentAt };
     } catch (error) {
       this.#leaveInBackground(keys, owner, ttlMs);
       throw error;
     }
     if (!attempt.reply.granted) return { acquired: false };
     return (
-      (await this.#fresh(wait, attempt.reply.fence, leaseStart(attempt, ttlMs, lastMiss))) ?? {
+      (await this.#fresh(wait, attempt.reply.fence, leaseStart(attempt, ttlMs, lastMiss), signalOf)) ?? {
         acquired: false,
       }
     );
@@ -424,41 +447,38 @@ export class RedisLockService implements LockService {
 
   /**
    * The owner-checked cleanup after an abandoned or ambiguous acquire: removes our queue entry and, if the lock
-   * was granted to us after all, frees it (handing it on). Retried with backoff while it still matters, i.e. for
-   * `horizonMs` (the entry's remaining deadline plus the TTL), so that a dropped connection does not leave an
-   * orphan grant for its whole TTL. Gives up earlier only when the service closes.
+   * was granted to us after all, frees it (handing it on). Sent at once, then retried with jittered backoff while
+   * it still matters, i.e. for `horizonMs` (the entry's remaining deadline plus the TTL), so that a dropped
+   * connection does not leave an orphan grant for its whole TTL. Gives up earlier only when the service closes.
+   * Each try sends the script whole and is bounded on its own (see {@link CLEANUP_TRY_MS}), so that neither an
+   * empty script cache nor a lost reply keeps the undo from reaching the server.
    */
   #leaveInBackground(keys: LockKeys, owner: string, horizonMs: number): void {
-    const until = performance.now() + horizonMs;
-    const run = async (): Promise<void> => {
-      for (let attempt = 0; ; attempt++) {
-        try {
-          await this.#leave(keys, owner, false);
-          return;
-        } catch {
-          const delay = Math.min(CLEANUP_RETRY_CAP_MS, CLEANUP_RETRY_BASE_MS * 2 ** attempt);
-          if (this.#closed || performance.now() + delay >= until) return;
-          await sleep(delay, this.#closing.signal);
-        }
-      }
-    };
-    const pending = run();
-    this.#background.add(pending);
-    void pending.finally(() => this.#background.delete(pending));
+    const args = [owner, '0'];
+    const tryMs = Math.min(this.#timeoutMs, CLEANUP_TRY_MS);
+    this.#cleanups.run(
+      () =>
+        this.#deadlines.bound(
+          this.#scripts.leave.runWhole(this.#send, keyList(keys), args),
+          tryMs,
+          'leave queue (clean-up)',
+        ),
+      performance.now() + horizonMs,
+    );
   }
 
-  #leave(keys: LockKeys, owner: string, keep: boolean): Promise<unknown> {
-    return this.#run(this.#scripts.leave, keys, [owner, keep ? '1' : '0'], 'leave queue');
-  }
-
-  #onGrant(message: string): void {
-    const [owner, fence] = message.split(' ');
-    if (owner === undefined || fence === undefined || !/^\d+$/.test(fence)) return;
+  /** Runs inside the subscriber's message callback: whatever arrives, nothing may throw out of here. */
+  #onGrant(message: unknown): void {
+    // Anyone who can PUBLISH can write to the channel; only "<token> <decimal fence>" is a hand-off.
+    if (typeof message !== 'string') return;
+    const match = HAND_OFF.exec(message);
+    if (match === null) return;
+    const [, owner, fence] = match as unknown as [string, string, string];
     // No waiter: it left (abort, deadline) and its own leave script gives the lock back; nothing to do here.
     this.#waiters.get(owner)?.deliver({ kind: 'granted', fence: BigInt(fence) });
   }
 
-  async #renewChunk(requests: readonly RenewRequest[]): Promise<RenewResult[]> {
+  async #renewChunk(requests: readonly RenewRequest[], signal?: () => AbortSignal): Promise<RenewResult[]> {
     if (requests.length === 0) return [];
     const keys: string[] = [];
     const args: string[] = [];
@@ -467,10 +487,12 @@ export class RedisLockService implements LockService {
       args.push(claimOf(lease));
     }
     for (const { ttlMs } of requests) args.push(String(Math.ceil(ttlMs)));
+    const state: CallState = { abandoned: false };
     const reply = await this.#deadlines.bound(
-      this.#scripts.renew.run(this.#send, keys, args),
+      this.#scripts.renew.run(this.#send, keys, args, state),
       this.#timeoutMs,
       `renew (${requests.length})`,
+      signal === undefined ? { state } : { state, signal },
     );
     if (!Array.isArray(reply) || reply.length !== requests.length) {
       throw new TransportError(`renew: unexpected reply from Redis: ${JSON.stringify(reply)}`);
@@ -478,11 +500,24 @@ export class RedisLockService implements LockService {
     return reply.map((flag) => ({ renewed: flag === 1 }));
   }
 
-  #run(script: LuaScript, keys: LockKeys, args: string[], what: string): Promise<unknown> {
+  #run(
+    script: LuaScript,
+    keys: LockKeys,
+    args: string[],
+    what: string,
+    signal?: () => AbortSignal,
+  ): Promise<unknown> {
+    const state: CallState = { abandoned: false };
     return this.#deadlines.bound(
-      script.run(this.#send, [keys.lock, keys.fence, keys.queue, keys.waiters], args),
+      script.run(this.#send, keyList(keys), args, state),
       this.#timeoutMs,
       what,
+      signal === undefined ? { state } : { state, signal },
     );
   }
+}
+
+/** The keys every lock script takes, in the order the scripts expect them. */
+function keyList(keys: LockKeys): string[] {
+  return [keys.lock, keys.fence, keys.queue, keys.waiters];
 }

@@ -182,18 +182,35 @@ export class LuaScript {
     this.sha = createHash('sha1').update(source).digest('hex');
   }
 
-  async run(send: SendCommand, keys: readonly string[], args: readonly string[]): Promise<unknown> {
+  /**
+   * EVALSHA, then EVAL on NOSCRIPT, unless `state` says the caller gave up meanwhile: a script sent after the
+   * caller's clean-up would run after it on the server, and undo the undo.
+   */
+  async run(
+    send: SendCommand,
+    keys: readonly string[],
+    args: readonly string[],
+    state?: { readonly abandoned: boolean },
+  ): Promise<unknown> {
     // One array per call, reused for the rare EVAL fallback (the hot path is a single EVALSHA).
     const command = ['EVALSHA', this.sha, String(keys.length), ...keys, ...args];
     try {
       return await send(command);
     } catch (error) {
       // NOSCRIPT means the script did not run: sending it in full cannot apply it twice.
-      if (!isNoScript(error)) throw error;
+      if (!isNoScript(error) || state?.abandoned) throw error;
       command[0] = 'EVAL';
       command[1] = this.source;
       return send(command);
     }
+  }
+
+  /**
+   * EVAL with the source, for clean-ups: with replies being lost, the NOSCRIPT answer that would make `run` send
+   * the source can be lost too, and the clean-up would never run (the cache is empty after every restart).
+   */
+  runWhole(send: SendCommand, keys: readonly string[], args: readonly string[]): Promise<unknown> {
+    return send(['EVAL', this.source, String(keys.length), ...keys, ...args]);
   }
 }
 

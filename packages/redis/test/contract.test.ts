@@ -2,20 +2,23 @@ import { REDIS_URL } from '@dlock/test-utils';
 import { lockServiceContract } from '@dlock/testing/contract';
 import { afterAll, beforeAll } from 'vitest';
 import { RedisLockService } from '../src/index.js';
-import { connect, disconnect, type Redis, SideRedis } from './helpers.js';
+import { connect, disconnect, NODE_REDIS, type Redis, SideRedis } from './helpers.js';
 
-// Against the shared server, with a fresh client and service per test, as an application would use them.
-lockServiceContract('RedisLockService', async () => {
-  const client = await connect(REDIS_URL);
-  const service = new RedisLockService({ client, keyPrefix: 'dlock-test:', fenceRetentionMs: 60_000 });
-  return {
-    service,
-    close: async () => {
-      await service.close();
-      await disconnect(client);
-    },
-  };
-});
+// Against the shared server, with a fresh client and service per test, as an application would use them; once
+// with each node-redis major the peer range admits.
+for (const driver of NODE_REDIS) {
+  lockServiceContract(`RedisLockService (node-redis ${driver.major})`, async () => {
+    const client = await driver.connect(REDIS_URL);
+    const service = new RedisLockService({ client, keyPrefix: 'dlock-test:', fenceRetentionMs: 60_000 });
+    return {
+      service,
+      close: async () => {
+        await service.close();
+        await disconnect(client);
+      },
+    };
+  });
+}
 
 // On a private server the suite may kill: tokens must keep increasing when Redis comes back empty.
 {

@@ -1,8 +1,19 @@
-import { type Lease, LockClient, type LockHandle, type LockService, TransportError } from '@dlock/core';
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import {
+  type Lease,
+  LockClient,
+  type LockHandle,
+  LockLostError,
+  type LockService,
+  TransportError,
+} from '@dlock/core';
 import { startTcpProxy, type TcpProxy } from '@dlock/test-utils';
 import { FaultyLockService } from '@dlock/testing';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { lockKeys, RedisLockService } from '../src/index.js';
+import { DEFAULT_FENCE_RETENTION_MS } from '../src/option-checks.js';
+import { lockScripts } from '../src/scripts.js';
 import { connect, disconnect, eventually, type Redis, SideRedis, sleep } from './helpers.js';
 
 // Faults on private servers: pauses of the holder and of Redis, lost replies, resets, restarts with data loss.
@@ -105,6 +116,94 @@ describe('a holder paused past its TTL', () => {
     expect(next.isHeld()).toBe(true);
   });
 });
+
+describe('release after a pause past the TTL (needs core: release of an expired handle is LockLostError)', () => {
+  it('rejects with LockLostError (expired), fires onLost once, and leaves the successor holding the lock', async () => {
+    const { service } = await serviceOn(side.url, 1_000);
+    const holder = lockClient(service, 1_000);
+    const name = `paused-release-${process.pid}`;
+    const lost: string[] = [];
+    const handle = await holder.acquire(name, { ttlMs: 500, onLost: (_, reason) => lost.push(reason) });
+    // The successor runs in another process, so it can take the lock while this one is frozen.
+    const successor = startSuccessor(side.url, name);
+    try {
+      const queue = lockKeys('dlock:', name).queue;
+      expect(await eventually(async () => (await admin.lLen(queue)) === 1, 5_000)).toBe(true);
+      // Frozen past the TTL, as in a long GC pause: no timer runs, so no renewal, no expiry check.
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 1_200);
+      // Called before any timer could run (same synchronous step): the release itself must find out.
+      const released = handle.release().catch((error: unknown) => error);
+      const error = await released;
+      expect(error).toBeInstanceOf(LockLostError);
+      expect(error).toMatchObject({ code: 'LOCK_LOST', reason: 'expired' });
+      expect(handle.state).toBe('lost');
+      const token = await successor.acquired;
+      await sleep(50);
+      expect(lost).toEqual(['expired']);
+      // The owner-checked delete did not touch the successor's grant.
+      expect(token).toBeGreaterThan(handle.fencingToken);
+      expect(await admin.get(lockKey(name))).toMatch(new RegExp(` ${token}$`));
+    } finally {
+      await successor.stop();
+    }
+  });
+});
+
+/**
+ * A child process that queues for `name` through the built package, prints its fencing token once it holds the
+ * lock, and holds it until told to stop (at most 10 s).
+ */
+function startSuccessor(url: string, name: string): { acquired: Promise<bigint>; stop(): Promise<void> } {
+  const child = spawn(
+    process.execPath,
+    [
+      '--input-type=module',
+      '-e',
+      `
+      import { LockClient } from '@dlock/core';
+      import { RedisLockService } from '@dlock/redis';
+      import { createClient } from 'redis';
+      const client = await createClient({ url: process.env.URL }).on('error', () => {}).connect();
+      const service = new RedisLockService({ client });
+      const locks = new LockClient(service);
+      const handle = await locks.acquire(process.env.NAME, { ttlMs: 5_000, waitMs: 8_000 });
+      console.log('acquired ' + handle.fencingToken);
+      await new Promise((resolve) => {
+        process.stdin.once('data', resolve);
+        setTimeout(resolve, 10_000);
+      });
+      await handle.release();
+      await locks.close();
+      await service.close();
+      client.destroy();
+      process.exit(0);
+    `,
+    ],
+    { cwd: fileURLToPath(new URL('..', import.meta.url)), env: { ...process.env, URL: url, NAME: name } },
+  );
+  let output = '';
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  const acquired = new Promise<bigint>((resolve, reject) => {
+    child.stdout.on('data', (chunk: Buffer) => {
+      output += chunk.toString();
+      const match = /acquired (\d+)/.exec(output);
+      if (match) resolve(BigInt(match[1] as string));
+    });
+    child.stderr.on('data', (chunk: Buffer) => {
+      output += chunk.toString();
+    });
+    void exited.then(() => reject(new Error(`successor exited: ${output}`)));
+  });
+  acquired.catch(() => {});
+  return {
+    acquired,
+    stop: async () => {
+      child.stdin.end('stop\n');
+      await Promise.race([exited, sleep(3_000)]);
+      if (child.exitCode === null) child.kill();
+    },
+  };
+}
 
 describe('Redis paused (SIGSTOP) longer than the TTL', () => {
   it('makes holders Lost within their TTL, bounds every call, and works again after SIGCONT', async () => {
@@ -211,6 +310,88 @@ describe('a connection that fails mid-acquire', () => {
       true,
     );
     expect(await admin.lLen(queue)).toBe(0);
+  });
+});
+
+describe('a stray grant of an acquire whose reply was lost, while replies keep being lost', () => {
+  let proxy: TcpProxy;
+  beforeAll(async () => {
+    proxy = await startTcpProxy({ targetPort: side.port });
+  });
+  afterAll(async () => {
+    await proxy.close();
+  });
+
+  const OPERATION_TIMEOUT_MS = 1_000;
+
+  for (const cache of ['cached', 'flushed'] as const) {
+    it(`is undone within operationTimeoutMs + 1 s, when core gives up (script cache ${cache})`, async () => {
+      const name = `stray-${cache}`;
+      // The holder's service keeps the default 5 s command bound: core gives up long before it does.
+      const holderSide = await serviceOn(`redis://127.0.0.1:${proxy.port}`, 5_000);
+      const holder = lockClient(holderSide.service, OPERATION_TIMEOUT_MS);
+      const contender = lockClient((await serviceOn(side.url, 5_000)).service, 5_000);
+      if (cache === 'cached') {
+        for (const script of Object.values(lockScripts(DEFAULT_FENCE_RETENTION_MS))) {
+          await admin.sendCommand(['SCRIPT', 'LOAD', script.source]);
+        }
+      } else {
+        // As after a restart: the cache is empty, and only what has run since is back in it (acquire, release).
+        await admin.sendCommand(['SCRIPT', 'FLUSH']);
+        await (await contender.acquire(`${name}-warm`, { ttlMs: 1_000 })).release();
+      }
+      proxy.dropReplies(true);
+      try {
+        const startedAt = performance.now();
+        const failed = holder.acquire(name, { ttlMs: 10_000 }).catch((error: unknown) => error);
+        // The acquire did run on the server: a grant nobody will ever use, with a 10 s TTL.
+        expect(await eventually(async () => (await admin.exists(lockKey(name))) === 1, 1_000)).toBe(true);
+        const next = await contender.acquire(name, { ttlMs: 10_000, waitMs: 3_000 });
+        const after = performance.now() - startedAt;
+        expect(await failed).toBeInstanceOf(TransportError);
+        expect(next.isHeld()).toBe(true);
+        // Before the fix: ~5 s with the scripts cached (the clean-up waited for the adapter's own bound), and not
+        // before the TTL with the cache flushed (the clean-up's EVALSHA was refused, and the NOSCRIPT lost).
+        expect(after).toBeLessThanOrEqual(OPERATION_TIMEOUT_MS + 1_000);
+      } finally {
+        proxy.dropReplies(false);
+        proxy.resetAll(); // the replies swallowed so far would otherwise be matched to later commands
+      }
+    });
+  }
+});
+
+describe('connections reset for a moment (needs core: renewals retried within the validity window)', () => {
+  let proxy: TcpProxy;
+  beforeAll(async () => {
+    proxy = await startTcpProxy({ targetPort: side.port });
+  });
+  afterAll(async () => {
+    await proxy.close();
+  });
+
+  it('a 200 ms outage (reset, then refused) with TTL 1000 ms: the handle stays held and keeps renewing', async () => {
+    const { client, service } = await serviceOn(`redis://127.0.0.1:${proxy.port}`, 300);
+    const locks = lockClient(service, 300);
+    let renewals = 0;
+    locks.events.on('renewed', () => {
+      renewals += 1;
+    });
+    const handle = await locks.acquire(`short-reset-${process.pid}`, { ttlMs: 1_000 });
+    await sleep(400);
+    proxy.resetAll();
+    proxy.mode = 'refuse';
+    await sleep(200);
+    proxy.mode = 'pass';
+    const before = renewals;
+    await sleep(3_000); // three TTLs
+    expect(handle.state).toBe('held');
+    expect(handle.isHeld()).toBe(true);
+    expect(renewals - before).toBeGreaterThanOrEqual(3);
+    expect(client.isReady).toBe(true);
+    // Still ours on the server, not merely in the client's view.
+    expect(await admin.get(lockKey(handle.name))).toMatch(new RegExp(` ${handle.fencingToken}$`));
+    await handle.release();
   });
 });
 

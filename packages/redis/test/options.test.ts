@@ -38,12 +38,37 @@ describe('RedisLockService options', () => {
       { client, commandTimeoutMs: 2 ** 31 },
       { client, fenceRetentionMs: 999 },
       { client, fenceRetentionMs: 1.5e3 + 0.5 },
-      { client: { sendCommand: () => Promise.resolve() } }, // no duplicate() and no subscriber
+      { client: { sendCommand: () => Promise.resolve() } }, // not a node-redis client
+      [client], // an array is not an options object
     ];
     for (const options of bad) {
       expect(() => new RedisLockService(options as never), JSON.stringify(options)).toThrow(
         InvalidArgumentError,
       );
+    }
+  });
+
+  it('refuses misspelt option keys, naming the key and the option probably meant', () => {
+    const cases: [Record<string, unknown>, string, string | undefined][] = [
+      [{ client, prefix: 'mine:' }, 'options.prefix', 'keyPrefix'],
+      [{ client, keyprefix: 'mine:' }, 'options.keyprefix', 'keyPrefix'],
+      [{ client, commandTimeout: 100 }, 'options.commandTimeout', 'commandTimeoutMs'],
+      [{ client, fenceRetention: 60_000 }, 'options.fenceRetention', 'fenceRetentionMs'],
+      [{ client, subscribr: client }, 'options.subscribr', 'subscriber'],
+      [{ clients: [client] }, 'options.clients', 'client'],
+      [{ client, somethingElse: true }, 'options.somethingElse', undefined],
+    ];
+    for (const [options, field, meant] of cases) {
+      let error: unknown;
+      try {
+        new RedisLockService(options as never);
+      } catch (e) {
+        error = e;
+      }
+      expect(error, field).toBeInstanceOf(InvalidArgumentError);
+      expect((error as InvalidArgumentError).field).toBe(field);
+      if (meant === undefined) expect((error as Error).message).not.toContain('did you mean');
+      else expect((error as Error).message).toContain(`did you mean "${meant}"`);
     }
   });
 

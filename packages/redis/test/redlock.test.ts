@@ -12,6 +12,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RedlockService } from '../src/redlock/index.js';
 import { redlockKeys } from '../src/redlock/keys.js';
 import { RedisRedlockNode } from '../src/redlock/redis-node.js';
+import { ACQUIRE, MINT, RELEASE, RENEW } from '../src/redlock/scripts.js';
+import { connect6, type Redis6 } from './helpers.js';
 
 /*
  * Redlock against real, private redis-server processes on loopback ports (no persistence, so a restart loses
@@ -67,6 +69,16 @@ async function holdersSoon(key: string, maxMs: number): Promise<number> {
   for (;;) {
     const count = await holders(key);
     if (count === 0 || Date.now() > deadline) return count;
+    await sleep(10);
+  }
+}
+
+/** Polls until at least `count` servers hold `key` or `maxMs` passed; how many hold it. */
+async function holdersSoonAtLeast(key: string, count: number, maxMs: number): Promise<number> {
+  const deadline = Date.now() + maxMs;
+  for (;;) {
+    const held = await holders(key);
+    if (held >= count || Date.now() > deadline) return held;
     await sleep(10);
   }
 }
@@ -249,6 +261,25 @@ describe('RedlockService on 3 real nodes', () => {
         },
       ],
     },
+  );
+});
+
+describe('RedlockService on 3 real nodes, through node-redis 6 clients', () => {
+  const clients6: Redis6[] = [];
+  beforeAll(async () => {
+    clients6.push(...(await Promise.all(servers.slice(0, 3).map((s) => connect6(s.url)))));
+  });
+  afterAll(() => {
+    for (const client of clients6) client.destroy();
+  });
+  let subject: RedlockService | undefined;
+  lockServiceContract(
+    'RedlockService (node-redis 6)',
+    () => {
+      subject = new RedlockService({ clients: clients6, nodeTimeoutMs: NODE_TIMEOUT_MS });
+      return { service: subject, close: () => subject?.close() };
+    },
+    { ttlMs: 500 },
   );
 });
 
@@ -460,6 +491,59 @@ describe('RedlockService faults on real servers', () => {
       await Promise.all(proxies.map((p) => p.close()));
     }
   });
+});
+
+describe('RedlockService: the claims of an acquire whose replies were lost', () => {
+  const OPERATION_TIMEOUT_MS = 1_000;
+
+  for (const cache of ['every script cached', 'only the claim script cached'] as const) {
+    it(`are undone within operationTimeoutMs + 1 s of core giving up, while replies keep being lost (${cache})`, async () => {
+      const proxies: TcpProxy[] = await Promise.all(
+        servers.slice(0, 3).map((s) => startTcpProxy({ targetPort: s.port })),
+      );
+      const proxied = await Promise.all(proxies.map((p) => connect(`redis://127.0.0.1:${p.port}`)));
+      // Rounds bounded by more than core's operation timeout: core gives up on the call first.
+      const holder = new LockClient(new RedlockService({ clients: proxied, nodeTimeoutMs: 3_000 }), {
+        operationTimeoutMs: OPERATION_TIMEOUT_MS,
+      });
+      const contender = new LockClient(service(three()), { operationTimeoutMs: 2_000 });
+      const name = lockName('stray-claims');
+      const { lock: lockKey } = redlockKeys('dlock:redlock:', name);
+      try {
+        for (const client of three()) {
+          if (cache === 'every script cached') {
+            for (const script of [ACQUIRE, MINT, RENEW, RELEASE]) {
+              await within(client.sendCommand(['SCRIPT', 'LOAD', script.source]));
+            }
+          } else {
+            // The release script gone from the cache (evicted, flushed) while the claim script is still there.
+            await within(client.sendCommand(['SCRIPT', 'FLUSH']));
+            await within(client.sendCommand(['SCRIPT', 'LOAD', ACQUIRE.source]));
+          }
+        }
+        for (const proxy of proxies) proxy.dropReplies(true);
+        const startedAt = performance.now();
+        const failed = holder.acquire(name, { ttlMs: 10_000 }).catch((error: unknown) => error);
+        // The claims did land (only the replies are lost): a lock nobody will use, for 10 s.
+        expect(await holdersSoonAtLeast(lockKey, 2, 1_000)).toBeGreaterThanOrEqual(2);
+        // Watched with plain EXISTS: a Redlock contender's own clean-ups would load the scripts into the cache.
+        expect(await holdersSoon(lockKey, 3_000)).toBe(0);
+        const after = performance.now() - startedAt;
+        expect(await failed).toBeInstanceOf(TransportError);
+        // Before the fix: the claims stayed until the round's own 3 s deadline, and for their whole TTL when the
+        // release script had to be re-sent after a NOSCRIPT that was lost.
+        expect(after).toBeLessThanOrEqual(OPERATION_TIMEOUT_MS + 1_000);
+        const next = await contender.tryAcquire(name, { ttlMs: 10_000 });
+        expect(next?.isHeld()).toBe(true);
+        await next?.release();
+      } finally {
+        await Promise.all([holder.close(), contender.close()]);
+        // These connections' reply streams are out of step now: never reuse them.
+        for (const client of proxied) client.destroy();
+        await Promise.all(proxies.map((p) => p.close()));
+      }
+    });
+  }
 });
 
 describe('RedlockService on 5 real nodes', () => {

@@ -6,7 +6,11 @@ import { describe, expect, it } from 'vitest';
 import { hashTagOf } from '../src/keys.js';
 import { RedlockService, type RedlockServiceOptions } from '../src/redlock/index.js';
 import { redlockKeys } from '../src/redlock/keys.js';
+import type { NodeRelease } from '../src/redlock/node.js';
+import { ReleaseNotices } from '../src/redlock/notices.js';
+import { QuorumLock } from '../src/redlock/quorum-lock.js';
 import { type Outcome, RoundDeadlines, runRound } from '../src/redlock/round.js';
+import { ModelNode, World } from './redlock-model.js';
 
 // Unconnected clients: constructing a service sends nothing.
 const fresh = () => createClient({ url: 'redis://127.0.0.1:1' });
@@ -35,6 +39,29 @@ describe('RedlockService options', () => {
     for (const options of bad) {
       expect(() => new RedlockService(options as RedlockServiceOptions)).toThrow(InvalidArgumentError);
     }
+  });
+
+  it('refuses misspelt option keys, naming the key and the option probably meant', () => {
+    const clients = [fresh()];
+    const cases: [Record<string, unknown>, string, string][] = [
+      [{ clients, prefix: 'mine:' }, 'options.prefix', 'keyPrefix'],
+      [{ clients, nodeTimeout: 100 }, 'options.nodeTimeout', 'nodeTimeoutMs'],
+      [{ clients, fenceRetentionMS: 60_000 }, 'options.fenceRetentionMS', 'fenceRetentionMs'],
+      [{ client: clients[0] }, 'options.client', 'clients'],
+    ];
+    for (const [options, field, meant] of cases) {
+      let error: unknown;
+      try {
+        new RedlockService(options as never);
+      } catch (e) {
+        error = e;
+      }
+      expect(error, field).toBeInstanceOf(InvalidArgumentError);
+      expect((error as InvalidArgumentError).field).toBe(field);
+      expect((error as Error).message).toContain(`did you mean "${meant}"`);
+    }
+    // The clock is checked too: a Redlock service given a broken one would fail inside its timers instead.
+    expect(() => new RedlockService({ clients, clock: {} as never })).toThrow(InvalidArgumentError);
   });
 
   it('rejects bad requests without touching the nodes', async () => {
@@ -128,5 +155,145 @@ describe('runRound', () => {
     await clock.advance(40);
     expect((await second).map((o) => o.status)).toEqual(['ok', 'pending']);
     expect(clock.pendingTimers).toBe(0); // nothing left to bound: the timer is not re-armed
+  });
+});
+
+describe('QuorumLock under contention and abandonment (in-process nodes)', () => {
+  /** Model nodes that record the releases they are sent. */
+  function nodes(count: number) {
+    const world = new World();
+    const released: NodeRelease[] = [];
+    const list = Array.from({ length: count }, () => {
+      const node = new ModelNode(world, { seedFromClock: true });
+      const release = node.release.bind(node);
+      node.release = (request: NodeRelease) => {
+        released.push(request);
+        return release(request);
+      };
+      return node;
+    });
+    return { list, released };
+  }
+  const request = (signal = new AbortController().signal) => ({
+    name: 'n',
+    ownerId: 'o',
+    ttlMs: 10_000,
+    waitMs: 0,
+    signal,
+  });
+
+  it('a claim split with rivals: no expiry hint, and its clean-up announces nothing', async () => {
+    const { list, released } = nodes(3);
+    // Two rivals' claims, one node each: ours wins the other (answering first), and nobody a majority.
+    await list[1]?.acquire({ name: 'n', ownershipToken: 'rival-a', ttlMs: 10_000 });
+    await list[2]?.acquire({ name: 'n', ownershipToken: 'rival-b', ttlMs: 10_000 });
+    const lock = new QuorumLock({
+      nodes: list,
+      nodeTimeoutMs: 100,
+      clock: new FakeClock(),
+      newOwnershipToken: () => 'me',
+    });
+    expect(await lock.acquire(request())).toEqual({ acquired: false });
+    await Promise.resolve();
+    expect(released).toHaveLength(1);
+    expect(released[0]).toMatchObject({ ownershipToken: 'me', cleanup: true });
+    expect(released[0]?.notice).toBeUndefined();
+    expect(list.map((node) => node.holds('n'))).toEqual([undefined, 'rival-a', 'rival-b']);
+  });
+
+  it('a lock held on a majority: busy with the holder expiry as hint', async () => {
+    const { list } = nodes(3);
+    for (const node of list.slice(0, 2))
+      await node.acquire({ name: 'n', ownershipToken: 'holder', ttlMs: 5_000 });
+    await list[2]?.acquire({ name: 'n', ownershipToken: 'holder', ttlMs: 5_000 });
+    const lock = new QuorumLock({
+      nodes: list,
+      nodeTimeoutMs: 100,
+      clock: new FakeClock(),
+      newOwnershipToken: () => 'me',
+    });
+    const result = await lock.acquire(request());
+    expect(result.acquired).toBe(false);
+    expect(result).toHaveProperty('holderExpiresInMs');
+  });
+
+  it('the caller giving up ends the round at once; the claims it may have made are undone, announced', async () => {
+    const { list, released } = nodes(3);
+    const clock = new FakeClock();
+    // Every claim lands, every reply is lost: the nodes never answer.
+    const silent = list.map((node) => ({
+      acquire: (r: Parameters<ModelNode['acquire']>[0]) => {
+        void node.acquire(r);
+        return new Promise<never>(() => {});
+      },
+      mint: node.mint.bind(node),
+      renew: node.renew.bind(node),
+      release: node.release.bind(node),
+    }));
+    const lock = new QuorumLock({
+      nodes: silent,
+      nodeTimeoutMs: 60_000,
+      clock,
+      newOwnershipToken: () => 'me',
+    });
+    const caller = new AbortController();
+    const pending = lock.acquire(request(caller.signal)).catch((error: unknown) => error);
+    await Promise.resolve();
+    expect(list.map((node) => node.holds('n'))).toEqual(['me', 'me', 'me']);
+    const reason = new Error('core gave up');
+    caller.abort(reason);
+    expect(await pending).toBe(reason);
+    await Promise.resolve();
+    expect(released).toHaveLength(3);
+    for (const r of released) expect(r.notice).toMatch(/^x[0-9a-f]+$/);
+    expect(list.map((node) => node.holds('n'))).toEqual([undefined, undefined, undefined]);
+  });
+});
+
+describe('ReleaseNotices', () => {
+  /** One node whose subscriber hands its message listener to the test. */
+  function node() {
+    const listeners = new Map<string, (message: string, channel: string) => void>();
+    const subscriber = {
+      on: () => subscriber,
+      connect: async () => {},
+      subscribe: async (channel: string, listener: (message: string, channel: string) => void) => {
+        listeners.set(channel, listener);
+      },
+      unsubscribe: async (channel: string) => {
+        listeners.delete(channel);
+      },
+      destroy: () => {},
+    };
+    const client = { sendCommand: async () => null, duplicate: () => subscriber };
+    return {
+      client,
+      publish: (message: unknown) => {
+        for (const listener of listeners.values()) listener(message as string, '');
+      },
+    };
+  }
+
+  it('wakes each watcher after its own random delay within the jitter, and ignores what is not a notice', async () => {
+    const clock = new FakeClock({ seed: 7 });
+    const { client, publish } = node();
+    const notices = new ReleaseNotices([client], 'p:', { clock, jitterMs: () => 40 });
+    const woken: number[][] = [[], [], [], []];
+    const unwatch = woken.map((times) => notices.watch('n', () => times.push(clock.monotonic())));
+    await clock.advance(40); // the subscription becomes active: one wake-up each
+    for (const times of woken) times.length = 0;
+    const sentAt = clock.monotonic();
+    for (const message of [null, 42, {}]) publish(message);
+    publish('17');
+    publish('17'); // the same notice from another node
+    await clock.advance(40);
+    const delays = woken.map((times) => {
+      expect(times).toHaveLength(1);
+      return (times[0] as number) - sentAt;
+    });
+    for (const delay of delays) expect(delay).toBeLessThanOrEqual(40);
+    expect(new Set(delays).size).toBeGreaterThan(1);
+    for (const stop of unwatch) stop();
+    notices.close();
   });
 });

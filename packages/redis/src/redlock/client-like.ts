@@ -1,6 +1,7 @@
 /**
- * The small structural part of a node-redis 5 client that Redlock calls. The adapter never imports `redis`: any
- * `createClient()` result fits, and tests can pass something smaller.
+ * The small structural part of a node-redis 5 or 6 client that Redlock calls. The adapter never imports `redis`: any
+ * `createClient()` result fits. At run time the service also checks that each client is one (see `client-kind.ts`):
+ * other libraries have methods of the same names with other contracts.
  */
 export interface RedlockClientLike {
   /** Sends one raw command. The abort signal removes a command that has not been written yet. */

@@ -52,6 +52,15 @@ export type NodeRenewReply = 'extended' | 'retaken' | 'missing' | 'refused';
 export interface NodeRelease {
   readonly name: string;
   readonly ownershipToken: string;
-  /** Published to watchers when the delete happens; the same notice from several nodes is delivered once. */
-  readonly notice: string;
+  /**
+   * Published to watchers when the delete happens; the same notice from several nodes is delivered once. Omitted
+   * when undoing a claim that lost to rivals' claims: they retry by themselves, and a notice would wake every
+   * waiter at once, into the same split of the nodes that made this claim fail.
+   */
+  readonly notice?: string;
+  /**
+   * Set for a clean-up after an outcome that is not known: the delete must not depend on the node's script cache,
+   * because the NOSCRIPT answer that would trigger a re-send can be lost just like the reply it follows.
+   */
+  readonly cleanup?: boolean;
 }

@@ -1,3 +1,4 @@
+import type { Clock } from '@dlock/core';
 import type { RedlockClientLike, RedlockSubscriberLike } from './client-like.js';
 import { redlockKeys } from './keys.js';
 
@@ -18,6 +19,10 @@ interface Channel {
  * publishes nothing (no keyspace notifications are assumed), so waiters also sleep until the holder's TTL hint.
  * When a channel's subscription becomes active its watchers are woken once: a release that happened while the
  * subscription was being set up would otherwise be missed, and a spurious wake only costs one extra attempt.
+ *
+ * Each watcher is woken after its own random delay of up to `jitterMs()`: waiters that all claim the moment a
+ * notice arrives each win the nodes nearest to them, split the nodes, and fail together (a livelock when the nodes
+ * are at different distances).
  */
 export class ReleaseNotices {
   readonly #clients: readonly RedlockClientLike[];
@@ -25,12 +30,20 @@ export class ReleaseNotices {
   readonly #subscribers: (Promise<RedlockSubscriberLike> | undefined)[];
   readonly #opened = new Set<RedlockSubscriberLike>();
   readonly #channels = new Map<string, Channel>();
+  readonly #clock: Clock;
+  readonly #jitterMs: () => number;
   #closed = false;
 
-  constructor(clients: readonly RedlockClientLike[], prefix: string) {
+  constructor(
+    clients: readonly RedlockClientLike[],
+    prefix: string,
+    options: { readonly clock: Clock; readonly jitterMs: () => number },
+  ) {
     this.#clients = clients;
     this.#prefix = prefix;
     this.#subscribers = clients.map(() => undefined);
+    this.#clock = options.clock;
+    this.#jitterMs = options.jitterMs;
   }
 
   watch(name: string, onReleased: () => void): () => void {
@@ -42,10 +55,11 @@ export class ReleaseNotices {
         listeners: new Set(),
         lastNotice: undefined,
         active: false,
-        onMessage: (message) => {
-          if (message === created.lastNotice) return;
+        onMessage: (message: unknown) => {
+          // Anything but a string is not ours (a foreign publisher, a client with another reply mapping): ignored.
+          if (typeof message !== 'string' || message === created.lastNotice) return;
           created.lastNotice = message;
-          deliver(created);
+          this.#deliver(created);
         },
       };
       channel = created;
@@ -74,6 +88,24 @@ export class ReleaseNotices {
     this.#opened.clear();
   }
 
+  #deliver(channel: Channel): void {
+    const jitterMs = this.#jitterMs();
+    for (const listener of [...channel.listeners]) {
+      const delay = this.#clock.random() * jitterMs;
+      if (delay < 1) {
+        call(listener);
+        continue;
+      }
+      // Unref'd: a waiter's own sleep keeps the process alive; a watcher that left meanwhile is not called.
+      this.#clock.sleep(delay, undefined, { unref: true }).then(
+        () => {
+          if (channel.listeners.has(listener)) call(listener);
+        },
+        () => {},
+      );
+    }
+  }
+
   #subscribeAll(key: string, channel: Channel): void {
     for (let i = 0; i < this.#clients.length; i++) {
       this.#subscriber(i)
@@ -86,7 +118,7 @@ export class ReleaseNotices {
           }
           if (!channel.active) {
             channel.active = true;
-            deliver(channel);
+            this.#deliver(channel);
           }
         })
         // Best effort: a node that cannot be subscribed to leaves its waiters to the TTL hint and backoff.
@@ -124,12 +156,10 @@ export class ReleaseNotices {
   }
 }
 
-function deliver(channel: Channel): void {
-  for (const listener of [...channel.listeners]) {
-    try {
-      listener();
-    } catch {
-      // Core wraps its callbacks and reports their errors; one throwing watcher must not starve the others.
-    }
+function call(listener: () => void): void {
+  try {
+    listener();
+  } catch {
+    // Core wraps its callbacks and reports their errors; one throwing watcher must not starve the others.
   }
 }

@@ -8,7 +8,7 @@ import {
   type RenewResult,
   TransportError,
 } from '@dlock/core';
-import type { NodeAcquireReply, NodeRenew, NodeRenewReply, RedlockNode } from './node.js';
+import type { NodeAcquireReply, NodeRelease, NodeRenew, NodeRenewReply, RedlockNode } from './node.js';
 import { type Outcome, RoundDeadlines, runRound } from './round.js';
 
 /** The scripts compare counters as Lua doubles: exact only below 2^53. */
@@ -16,6 +16,9 @@ const MAX_TOKEN = 2n ** 53n - 1n;
 
 /** Leases per renew script call: bounds the time one script blocks a node. */
 export const RENEW_CHUNK = 500;
+
+/** Weight of the newest claim round in the running estimate of how long a claim round takes. */
+const ROUND_SMOOTHING = 0.2;
 
 export interface QuorumLockOptions {
   readonly nodes: readonly RedlockNode[];
@@ -50,6 +53,8 @@ export class QuorumLock {
   readonly #deadlines: RoundDeadlines;
   readonly #clock: Clock;
   readonly #newOwnershipToken: () => string;
+  /** Running estimate of a claim round's duration, ms (undefined before the first round). */
+  #claimRoundMs: number | undefined;
 
   constructor(options: QuorumLockOptions) {
     this.#nodes = options.nodes;
@@ -57,6 +62,15 @@ export class QuorumLock {
     this.#deadlines = new RoundDeadlines(options.clock, options.nodeTimeoutMs);
     this.#clock = options.clock;
     this.#newOwnershipToken = options.newOwnershipToken;
+  }
+
+  /**
+   * How far apart (ms) waiters woken by the same release notice should spread their next claims. Contenders that
+   * claim at the same moment each win the nodes nearest to them, and with nodes at different distances that splits
+   * the nodes between them again and again; spread over twice a claim round, one of them usually gets ahead.
+   */
+  wakeJitterMs(): number {
+    return Math.min(this.#deadlines.timeoutMs, 2 * (this.#claimRoundMs ?? 0));
   }
 
   async acquire(request: AcquireRequest): Promise<AcquireResult> {
@@ -76,7 +90,22 @@ export class QuorumLock {
         const answered = c.granted + c.refused;
         return answered >= q || answered + c.pending < q;
       },
+      signal,
     );
+    const roundMs = this.#clock.monotonic() - startedAt;
+    // Only rounds that ended by decision: one cut short by the deadline (a node down) or by the caller says nothing
+    // about how far apart rivals' claims land, and would make every wake-up late.
+    if (!signal.aborted && roundMs < this.#deadlines.timeoutMs) {
+      this.#claimRoundMs =
+        this.#claimRoundMs === undefined
+          ? roundMs
+          : this.#claimRoundMs + ROUND_SMOOTHING * (roundMs - this.#claimRoundMs);
+    }
+    // The caller gave up (core abandons the call at its deadline): undo at once, not after the round's deadline.
+    if (signal.aborted) {
+      this.#cleanup(name, ownershipToken, claims);
+      throw signal.reason;
+    }
     const c = countClaims(claims);
     if (c.granted < q) {
       this.#cleanup(name, ownershipToken, claims);
@@ -86,12 +115,12 @@ export class QuorumLock {
           { cause: firstError(claims) },
         );
       }
+      // A node we claimed is free of any holder: the claims that turned us away elsewhere may all be rivals' claims
+      // as doomed as ours, whose TTLs say nothing about when the lock frees up. No hint: the caller backs off with
+      // jitter instead of all rivals sleeping for the same TTL and retrying together.
+      if (c.granted > 0) return { acquired: false };
       const hint = holderExpiry(claims, q - c.granted);
       return hint === undefined ? { acquired: false } : { acquired: false, holderExpiresInMs: hint };
-    }
-    if (signal.aborted) {
-      this.#cleanup(name, ownershipToken, claims);
-      throw signal.reason;
     }
     const elapsed = this.#clock.monotonic() - startedAt;
     if (elapsed >= ttlMs) {
@@ -120,6 +149,7 @@ export class QuorumLock {
         (this.#nodes[targets[j] as number] as RedlockNode).mint({ name, ownershipToken, fencingToken }, s),
       {
         deadlines: this.#deadlines,
+        signal,
         decided: (outcomes) => {
           const confirmed = countConfirmed(outcomes);
           const pending = outcomes.filter((o) => o.status === 'pending').length;
@@ -128,6 +158,10 @@ export class QuorumLock {
       },
     );
     const confirmed = countConfirmed(raises);
+    if (signal.aborted) {
+      this.#cleanup(name, ownershipToken, claims);
+      throw signal.reason;
+    }
     if (confirmed < q) {
       this.#cleanup(name, ownershipToken, claims);
       throw new TransportError(
@@ -206,21 +240,29 @@ export class QuorumLock {
   #round<T>(
     call: (node: RedlockNode, signal: AbortSignal) => Promise<T>,
     decided: (outcomes: readonly Outcome<T>[]) => boolean,
+    signal?: AbortSignal,
   ): Promise<Outcome<T>[]> {
     return runRound<T>(this.#nodes.length, (i, s) => call(this.#nodes[i] as RedlockNode, s), {
       deadlines: this.#deadlines,
       decided,
+      signal,
     });
   }
 
   /**
    * Undoes a claim that did not become a grant: owner-checked deletes on every node that did not refuse, including
    * those that failed or timed out (their claim may have landed). In the background; the TTL covers what it misses.
+   *
+   * A node that refused means rivals are claiming too; they find out for themselves and retry with jitter, and a
+   * release notice would only wake them all at once into the next split (see {@link NodeRelease.notice}). With no
+   * refusal, the claim may have landed everywhere and turned waiters away for a whole TTL: they are told.
    */
   #cleanup(name: string, ownershipToken: string, claims: readonly Outcome<NodeAcquireReply>[]): void {
-    // The notice wakes waiters this partial claim may have turned away; unique, so watchers do not drop it as a
-    // repeat of an earlier notice.
-    const request = { name, ownershipToken, notice: `x${randomBytes(6).toString('hex')}` };
+    const contended = claims.some(isRefusal);
+    const request: NodeRelease = contended
+      ? { name, ownershipToken, cleanup: true }
+      : // Unique, so watchers do not drop it as a repeat of an earlier notice.
+        { name, ownershipToken, cleanup: true, notice: `x${randomBytes(6).toString('hex')}` };
     claims.forEach((outcome, i) => {
       if (isRefusal(outcome)) return;
       this.#inBackground((node, s) => node.release(request, s), i);
@@ -233,6 +275,7 @@ export class QuorumLock {
       name: lease.name,
       ownershipToken: lease.ownershipToken,
       notice: lease.fencingToken.toString(),
+      cleanup: true,
     };
     for (let i = 0; i < this.#nodes.length; i++) {
       this.#inBackground((node, s) => node.release(request, s), i);

@@ -113,12 +113,10 @@ export class RedisRedlockNode implements RedlockNode {
 
   async release(request: NodeRelease, signal: AbortSignal): Promise<boolean> {
     const keys = redlockKeys(this.#prefix, request.name);
-    const reply = await this.#eval(
-      RELEASE,
-      [keys.lock],
-      [request.ownershipToken, keys.released, request.notice],
-      signal,
-    );
+    const args = [request.ownershipToken, keys.released, request.notice ?? ''];
+    const reply = request.cleanup
+      ? await this.#send(['EVAL', RELEASE.source, '1', keys.lock, ...args], signal)
+      : await this.#eval(RELEASE, [keys.lock], args, signal);
     return int(reply) === 1;
   }
 
@@ -133,13 +131,9 @@ export class RedisRedlockNode implements RedlockNode {
     signal: AbortSignal,
     retryArgs: string[] = args,
   ): Promise<unknown> {
-    // A client that is reconnecting would park the command in its offline queue until our deadline: say so now.
-    if (this.#client.isReady === false) throw new TransportError(`${this.label} is not connected`);
     const n = String(keys.length);
     try {
-      return await this.#client.sendCommand(['EVALSHA', script.sha, n, ...keys, ...args], {
-        abortSignal: signal,
-      });
+      return await this.#send(['EVALSHA', script.sha, n, ...keys, ...args], signal);
     } catch (error) {
       if (!isNoScript(error)) throw error;
       // The node lost its cache: load every script now, so the others (renewals above all) find it in place.
@@ -149,5 +143,11 @@ export class RedisRedlockNode implements RedlockNode {
         abortSignal: signal,
       });
     }
+  }
+
+  async #send(command: string[], signal: AbortSignal): Promise<unknown> {
+    // A client that is reconnecting would park the command in its offline queue until our deadline: say so now.
+    if (this.#client.isReady === false) throw new TransportError(`${this.label} is not connected`);
+    return this.#client.sendCommand(command, { abortSignal: signal });
   }
 }

@@ -12,10 +12,12 @@ import {
   TransportError,
   validateName,
 } from '@dlock/core';
+import { checkNodeRedisClient } from '../client-kind.js';
 import { validateKeyPrefix } from '../keys.js';
 import {
-  checkClient,
+  checkClock,
   checkFenceRetentionMs,
+  checkOptionsObject,
   checkTimeoutMs,
   DEFAULT_FENCE_RETENTION_MS,
 } from '../option-checks.js';
@@ -49,6 +51,7 @@ export interface RedlockServiceOptions {
 }
 
 const DEFAULT_NODE_TIMEOUT_MS = 250;
+const OPTION_KEYS = ['clients', 'keyPrefix', 'nodeTimeoutMs', 'fenceRetentionMs', 'clock'] as const;
 
 /**
  * Redlock over N independent Redis nodes, with fencing tokens that keep increasing across grants even when a
@@ -70,33 +73,36 @@ export class RedlockService implements LockService, AsyncDisposable {
   readonly #notices: ReleaseNotices;
 
   constructor(options: RedlockServiceOptions) {
-    if (typeof options !== 'object' || options === null) {
-      throw new InvalidArgumentError('options', 'must be an object with `clients`');
-    }
-    const clients: unknown = options.clients;
+    checkOptionsObject(options, 'options', OPTION_KEYS, '`clients`');
+    const clients: unknown = options['clients'];
     if (!Array.isArray(clients) || clients.length === 0) {
       throw new InvalidArgumentError('options.clients', 'must be a non-empty array of node-redis clients');
     }
-    clients.forEach((client, i) => {
-      checkClient(client, `options.clients[${i}]`, ['sendCommand', 'duplicate']);
+    clients.forEach((client: unknown, i) => {
+      checkNodeRedisClient(client, `options.clients[${i}]`);
     });
     // One node counted twice would let a single Redis make up a "majority".
     if (new Set(clients).size !== clients.length) {
       throw new InvalidArgumentError('options.clients', 'must not contain the same client twice');
     }
-    const prefix =
-      options.keyPrefix === undefined ? DEFAULT_REDLOCK_PREFIX : validateKeyPrefix(options.keyPrefix);
-    const nodeTimeoutMs = options.nodeTimeoutMs ?? DEFAULT_NODE_TIMEOUT_MS;
+    const o = options as RedlockServiceOptions;
+    const prefix = o.keyPrefix === undefined ? DEFAULT_REDLOCK_PREFIX : validateKeyPrefix(o.keyPrefix);
+    const nodeTimeoutMs = o.nodeTimeoutMs ?? DEFAULT_NODE_TIMEOUT_MS;
     checkTimeoutMs(nodeTimeoutMs, 'options.nodeTimeoutMs', true);
-    const fenceRetentionMs = options.fenceRetentionMs ?? DEFAULT_FENCE_RETENTION_MS;
+    const fenceRetentionMs = o.fenceRetentionMs ?? DEFAULT_FENCE_RETENTION_MS;
     checkFenceRetentionMs(fenceRetentionMs);
-    const clock = options.clock ?? systemClock;
+    if (o.clock !== undefined) checkClock(o.clock, 'options.clock');
+    const clock = o.clock ?? systemClock;
     const nodes = (clients as RedlockClientLike[]).map(
       (client, i) => new RedisRedlockNode(client, { prefix, fenceRetentionMs, label: `Redlock node ${i}` }),
     );
     this.#lock = new QuorumLock({ nodes, nodeTimeoutMs, clock, newOwnershipToken });
     this.quorum = this.#lock.quorum;
-    this.#notices = new ReleaseNotices(clients as RedlockClientLike[], prefix);
+    const lock = this.#lock;
+    this.#notices = new ReleaseNotices(clients as RedlockClientLike[], prefix, {
+      clock,
+      jitterMs: () => lock.wakeJitterMs(),
+    });
   }
 
   async acquire(request: AcquireRequest): Promise<AcquireResult> {

@@ -41,6 +41,8 @@ export interface RoundOptions<T> {
   readonly deadlines: RoundDeadlines;
   /** Ends the round early once more answers cannot change the caller's decision. */
   readonly decided?: (outcomes: readonly Outcome<T>[]) => boolean;
+  /** Ends the round when it aborts: the caller gave up, so what is still pending no longer matters. */
+  readonly signal?: AbortSignal | undefined;
 }
 
 /**
@@ -60,10 +62,13 @@ export function runRound<T>(
     if (count > 4) setMaxListeners(0, calls.signal);
     let open = count;
     let finished = false;
+    const external = options.signal;
+    const onAbort = (): void => finish(ROUND_OVER);
     const finish = (reason: TransportError): void => {
       if (finished) return;
       finished = true;
       cancelDeadline();
+      external?.removeEventListener('abort', onAbort);
       // Calls still running belong to a round that is over: nothing they start from now on may land late.
       if (open > 0) calls.abort(reason);
       resolve(outcomes.slice());
@@ -77,10 +82,11 @@ export function runRound<T>(
       open -= 1;
       if (open === 0 || options.decided?.(outcomes)) finish(ROUND_OVER);
     };
-    if (count === 0) {
+    if (count === 0 || external?.aborted) {
       finish(ROUND_OVER);
       return;
     }
+    external?.addEventListener('abort', onAbort, { once: true });
     for (let i = 0; i < count; i++) {
       let pending: Promise<T>;
       try {

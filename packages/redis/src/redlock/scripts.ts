@@ -85,13 +85,13 @@ return out
 `);
 
 /**
- * KEYS: lock. ARGV: ownership token, release channel, notice (the fencing token, or a one-off id for a cleanup).
+ * KEYS: lock. ARGV: ownership token, release channel, notice (the fencing token; empty: announce nothing).
  * Owner-checked delete, announced on the channel (never with the ownership token, which proves ownership).
  */
 export const RELEASE = script(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], ARGV[3])
+  if ARGV[3] ~= '' then redis.call('PUBLISH', ARGV[2], ARGV[3]) end
   return 1
 end
 return 0
