@@ -13,6 +13,12 @@ export interface TcpProxy {
   resetAll(): void;
   /** While on, requests still reach the server but its replies are swallowed: the caller cannot know the outcome. */
   dropReplies(on: boolean): void;
+  /**
+   * Holds every chunk this long in each direction while passing, so a round trip costs about twice as much more
+   * (the kernel here has no netem). Chunks keep their order: timers of one duration fire in the order they were set.
+   * 0 (the default) forwards at once.
+   */
+  delayMs: number;
   readonly connections: number;
   close(): Promise<void>;
 }
@@ -27,11 +33,23 @@ interface Pair {
  * partitioning traffic happens in this process instead. Bytes that arrive while blackholed are discarded, not
  * queued, as a real partition would lose them.
  */
-export async function startTcpProxy(options: { targetPort: number; targetHost?: string }): Promise<TcpProxy> {
+export async function startTcpProxy(options: {
+  targetPort: number;
+  targetHost?: string;
+  delayMs?: number;
+}): Promise<TcpProxy> {
   const host = options.targetHost ?? '127.0.0.1';
   const pairs = new Set<Pair>();
   let mode: ProxyMode = 'pass';
   let dropping = false;
+  let delayMs = options.delayMs ?? 0;
+  const send = (to: Socket, chunk: Buffer): void => {
+    if (delayMs <= 0) to.write(chunk);
+    else
+      setTimeout(() => {
+        if (!to.destroyed) to.write(chunk);
+      }, delayMs);
+  };
 
   const server: Server = createServer((client) => {
     if (mode === 'refuse') {
@@ -48,11 +66,11 @@ export async function startTcpProxy(options: { targetPort: number; targetHost?: 
     };
     client.on('error', close).on('close', close);
     upstream.on('error', close).on('close', close);
-    client.on('data', (chunk) => {
-      if (mode === 'pass') upstream.write(chunk);
+    client.on('data', (chunk: Buffer) => {
+      if (mode === 'pass') send(upstream, chunk);
     });
-    upstream.on('data', (chunk) => {
-      if (mode === 'pass' && !dropping) client.write(chunk);
+    upstream.on('data', (chunk: Buffer) => {
+      if (mode === 'pass' && !dropping) send(client, chunk);
     });
     upstream.connect(options.targetPort, host);
   });
@@ -82,6 +100,12 @@ export async function startTcpProxy(options: { targetPort: number; targetHost?: 
     resetAll,
     dropReplies: (on) => {
       dropping = on;
+    },
+    get delayMs() {
+      return delayMs;
+    },
+    set delayMs(ms: number) {
+      delayMs = ms;
     },
     get connections() {
       return pairs.size;
