@@ -1,7 +1,7 @@
 import type { Clock } from '@dlock/core';
 import { ZK_ERROR, zkErrorCode } from './errors.js';
 import { isNodeOfAttempt } from './keys.js';
-import type { Session } from './session.js';
+import type { Session } from './zookeeper-session.js';
 
 const CLEANUP_TRIES = 6;
 

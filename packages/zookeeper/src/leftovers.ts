@@ -1,6 +1,6 @@
 import { ZK_ERROR, zkErrorCode } from './errors.js';
 import { isNodeOfAttempt } from './keys.js';
-import type { Session } from './session.js';
+import type { Session } from './zookeeper-session.js';
 
 /** The nodes a session may still have on the server: exact paths, and attempts whose node name is unknown. */
 interface Nodes {

@@ -1,7 +1,7 @@
 import type { Clock } from '@dlock/core';
 import type { ZooKeeperStatLike } from './client-like.js';
 import { decodeLockName, encodeLockName } from './keys.js';
-import type { Session } from './session.js';
+import type { Session } from './zookeeper-session.js';
 
 /** Parents looked at per pass: a root with many lock names is covered over several passes, not in one burst. */
 export const SWEEP_PROBES = 200;

@@ -16,10 +16,10 @@ import { attemptPrefix, isNodeOfAttempt, lockParentPath, queueOrder } from './ke
 import { Leftovers } from './leftovers.js';
 import { resolveOptions, type ZooKeeperLockServiceOptions } from './options.js';
 import { ParentSweep } from './parent-sweep.js';
-import { ReleaseWatches } from './release-watches.js';
-import { czxidOf, isConnectionLoss, type LeaseRecord, ownerOf, type Session } from './session.js';
-import { Sessions } from './sessions.js';
 import { Deadlines, Ticker } from './ticker.js';
+import { ZooKeeperReleaseWatch } from './zookeeper-release-watch.js';
+import { czxidOf, isConnectionLoss, type LeaseRecord, ownerOf, type Session } from './zookeeper-session.js';
+import { Sessions } from './zookeeper-sessions.js';
 
 const NOT_RENEWED: RenewResult = Object.freeze({ renewed: false });
 const EMPTY = Buffer.alloc(0);
@@ -84,7 +84,7 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
   readonly #sessions: Sessions;
   readonly #leases = new Map<string, LeaseRecord>();
   readonly #leaseListeners = new Set<(ownershipTokens: readonly string[]) => void>();
-  readonly #watches: ReleaseWatches;
+  readonly #watches: ZooKeeperReleaseWatch;
   readonly #parents: ParentUse;
   readonly #sweep: ParentSweep;
   readonly #cleanups: Cleanups;
@@ -125,7 +125,7 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
       // A client this adapter made is closed with its session, and the server deletes the nodes.
       if (!session.owned) this.#leftovers.add(session, parent, path, attemptId);
     });
-    this.#watches = new ReleaseWatches({
+    this.#watches = new ZooKeeperReleaseWatch({
       clock: this.#clock,
       liveSession: () => this.#sessions.live(),
       closing: this.#closing.signal,

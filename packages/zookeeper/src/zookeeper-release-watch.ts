@@ -1,7 +1,7 @@
 import type { Clock } from '@dlock/core';
 import { ZK_ERROR, zkErrorCode } from './errors.js';
 import { queueOrder } from './keys.js';
-import type { Session } from './session.js';
+import type { Session } from './zookeeper-session.js';
 
 interface ReleaseWatch {
   readonly parent: string;
@@ -15,7 +15,7 @@ interface ReleaseWatch {
   head: string | undefined;
 }
 
-export interface ReleaseWatchesDeps {
+export interface ZooKeeperReleaseWatchDeps {
   readonly clock: Clock;
   readonly liveSession: () => Promise<Session>;
   /** Aborts when the service closes. */
@@ -27,11 +27,11 @@ export interface ReleaseWatchesDeps {
  * queue goes away (a release, a lost session, a waiter that gave up at the head). Best effort: a notice can be
  * missed while disconnected, and a failed read is retried after a second.
  */
-export class ReleaseWatches {
-  readonly #deps: ReleaseWatchesDeps;
+export class ZooKeeperReleaseWatch {
+  readonly #deps: ZooKeeperReleaseWatchDeps;
   readonly #watches = new Set<ReleaseWatch>();
 
-  constructor(deps: ReleaseWatchesDeps) {
+  constructor(deps: ZooKeeperReleaseWatchDeps) {
     this.#deps = deps;
   }
 

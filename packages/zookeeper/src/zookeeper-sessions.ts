@@ -9,8 +9,8 @@ import {
 } from './client-like.js';
 import { ZooKeeperServiceClosedError, ZooKeeperSessionError } from './errors.js';
 import { requestTimeoutFor } from './options.js';
-import { Session } from './session.js';
 import type { Deadlines } from './ticker.js';
+import { Session } from './zookeeper-session.js';
 
 /** How long `close()` on a client may wait for the server before its connection is dropped. */
 const CLOSE_GRACE_MS = 1_000;
