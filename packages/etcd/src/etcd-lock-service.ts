@@ -7,15 +7,16 @@ import type {
   RenewRequest,
   RenewResult,
 } from '@dlock/core';
-import { TransportError } from '@dlock/core';
+import { type Clock, systemClock, TransportError } from '@dlock/core';
+import { BackgroundRetries } from '@dlock/core/adapter';
 import type { EtcdClientLike, KeyValueLike, RequestOpLike, TxnResponseLike } from './client-like.js';
-import { unlessAborted, withDeadline } from './deadline.js';
 import { EtcdServiceClosedError, isLeaseNotFound, transportError } from './errors.js';
+import { EtcdReleaseWatch } from './etcd-release-watch.js';
+import { EtcdSession, type KeepAliveOutcome, type TrackedLease } from './etcd-session.js';
 import { contenderKey, lockDirectory, newOwnershipToken, newServiceId, prefixRangeEnd } from './keys.js';
-import { type KeepAliveOutcome, LeaseKeeper, now, type TrackedLease } from './leases.js';
 import { type EtcdLockServiceOptions, type ResolvedOptions, resolveOptions } from './options.js';
+import { EtcdRequests, unlessAborted } from './requests.js';
 import { Slots } from './slots.js';
-import { WatchHub } from './watch-hub.js';
 
 /** A lock this service holds: what `renew` and `release` check a core `Lease` against. */
 interface HeldLock {
@@ -72,6 +73,11 @@ const MAX_RESTARTS = 5;
  * if its answer is lost; a try that waited out the whole request timeout for that answer would only hold up the next.
  */
 const UNDO_TRY_MS = 1_000;
+/**
+ * How long a session's key that could not be deleted is retried: it would block its lock for as long as the session
+ * lives (the other locks keep it alive), so for longer than any lease; tries stop once the session is lost.
+ */
+const SESSION_CLEANUP_MS = 30_000;
 
 const byCreate = (directory: Buffer, rangeEnd: Buffer, order: 'Ascend' | 'Descend', limit: number) => ({
   request_range: {
@@ -110,8 +116,11 @@ const rangeKvs = (response: TxnResponseLike, index: number): readonly KeyValueLi
 export class EtcdLockService implements LockService {
   readonly #options: ResolvedOptions;
   readonly #client: EtcdClientLike;
-  readonly #leases: LeaseKeeper;
-  readonly #watches: WatchHub;
+  readonly #clock: Clock;
+  readonly #requests: EtcdRequests;
+  readonly #leases: EtcdSession;
+  readonly #watches: EtcdReleaseWatch;
+  readonly #cleanups: BackgroundRetries;
   readonly #held = new Map<string, HeldLock>();
   readonly #slots = new Slots();
   readonly #serviceId = newServiceId();
@@ -127,10 +136,16 @@ export class EtcdLockService implements LockService {
     this.#client = this.#options.client;
     const timeout = this.#options.requestTimeoutMs;
     this.#undoTryMs = Math.min(timeout, UNDO_TRY_MS);
-    this.#leases = new LeaseKeeper(this.#client.leaseClient, timeout, (_lease, tokens) =>
-      this.#sessionLost(tokens),
+    this.#clock = this.#options.clock ?? systemClock;
+    this.#requests = new EtcdRequests(this.#clock, timeout);
+    this.#cleanups = new BackgroundRetries(this.#clock);
+    this.#leases = new EtcdSession(
+      this.#client.leaseClient,
+      this.#requests,
+      this.#options.sessionTtlMs,
+      (tokens) => this.#sessionLost(tokens),
     );
-    this.#watches = new WatchHub(this.#client.watchClient, timeout);
+    this.#watches = new EtcdReleaseWatch(this.#client.watchClient, this.#requests);
     // Every queued contender listens for close: hundreds are normal, not a leak.
     setMaxListeners(0, this.#closing.signal);
   }
@@ -142,14 +157,14 @@ export class EtcdLockService implements LockService {
 
   async acquire(request: AcquireRequest): Promise<AcquireResult> {
     this.#assertOpen();
-    const startedAt = now();
+    const startedAt = this.#clock.monotonic();
     const deadline = startedAt + request.waitMs;
     const directory = lockDirectory(this.#options.prefix, request.name);
     const rangeEnd = prefixRangeEnd(directory);
     const owner = Buffer.from(request.ownerId, 'utf8');
     for (let restart = 0; ; restart++) {
       this.#throwIfAborted(request.signal);
-      const { lease, refresh } = await this.#leaseForAcquire(request.ttlMs, startedAt, request.signal);
+      const { lease, refresh } = await this.#leases.forAcquire(request.ttlMs, startedAt, request.signal);
       const slot = this.#slots.take(request.name);
       const contender: Contender = {
         name: request.name,
@@ -213,7 +228,7 @@ export class EtcdLockService implements LockService {
       this.#drop(request.lease.ownershipToken, held);
       return { renewed: false };
     }
-    const calledAt = now();
+    const calledAt = this.#clock.monotonic();
     // A session keep-alive sent at most a sixth of the TTL ago answers for every lock on the session: this is
     // what makes 1,000 locks cost one keep-alive per renewal interval. The TTL reported counts from this call,
     // so core's validity never extends past what that keep-alive proved.
@@ -261,7 +276,7 @@ export class EtcdLockService implements LockService {
   watch(name: string, onReleased: () => void): () => void {
     if (this.#closing.signal.aborted) return () => {};
     const directory = lockDirectory(this.#options.prefix, name);
-    const recent = now() - this.#seen.at < 1_000;
+    const recent = this.#clock.monotonic() - this.#seen.at < 1_000;
     return this.#watches.watch(
       {
         key: directory,
@@ -298,6 +313,7 @@ export class EtcdLockService implements LockService {
   async #close(): Promise<void> {
     this.#closing.abort(new EtcdServiceClosedError());
     this.#watches.close();
+    await this.#cleanups.close();
     const ownLeases = new Set([...this.#held.values()].map((h) => h.lease).filter((l) => !l.session));
     this.#held.clear();
     await Promise.allSettled([...ownLeases].map((lease) => this.#leases.revoke(lease)));
@@ -334,7 +350,7 @@ export class EtcdLockService implements LockService {
 
   #saw(response: TxnResponseLike): void {
     const revision = BigInt(response.header.revision);
-    if (revision >= this.#seen.revision) this.#seen = { revision, at: now() };
+    if (revision >= this.#seen.revision) this.#seen = { revision, at: this.#clock.monotonic() };
   }
 
   #sessionLost(tokens: readonly string[]): void {
@@ -352,24 +368,6 @@ export class EtcdLockService implements LockService {
         // a listener's failure must not keep the others from hearing it
       }
     }
-  }
-
-  /**
-   * The lease an acquire attempt writes its key with. Per lock: a new lease. In session mode: the session, and —
-   * when the session's known remaining life is shorter than the TTL asked for — a keep-alive sent alongside the
-   * write, so the grant can still promise the full TTL.
-   */
-  async #leaseForAcquire(
-    ttlMs: number,
-    startedAt: number,
-    signal: AbortSignal,
-  ): Promise<{ lease: TrackedLease; refresh?: Promise<KeepAliveOutcome> }> {
-    const sessionTtlMs = this.#options.sessionTtlMs;
-    if (sessionTtlMs === undefined) return { lease: await this.#leases.grant(seconds(ttlMs), false, signal) };
-    // The session is shared: this caller giving up stops its wait, not the grant the others wait for too.
-    const lease = await unlessAborted(this.#leases.session(seconds(Math.max(ttlMs, sessionTtlMs))), signal);
-    if (lease.expiresAt - startedAt >= ttlMs) return { lease };
-    return { lease, refresh: this.#leases.keepAlive(lease, startedAt + ttlMs - lease.ttlMs) };
   }
 
   async #contend(
@@ -409,7 +407,7 @@ export class EtcdLockService implements LockService {
         )
       : undefined;
     // The write and the refresh beside it decide a free lock: together, one round trip.
-    contender.roundTripMs = now() - sentAt;
+    contender.roundTripMs = this.#clock.monotonic() - sentAt;
     if (refreshed && !(refreshed instanceof Error) && !refreshed.alive) return { kind: 'lease-lost' };
     const mine = contender.revision;
     const holder = free ? undefined : rangeKvs(response, 3)[0];
@@ -423,7 +421,7 @@ export class EtcdLockService implements LockService {
       return { kind: 'held' };
     }
     this.#throwIfAborted(request.signal);
-    if (now() >= deadline) {
+    if (this.#clock.monotonic() >= deadline) {
       await this.#leave(contender);
       return { kind: 'busy' };
     }
@@ -458,10 +456,9 @@ export class EtcdLockService implements LockService {
   ): Promise<{ response: TxnResponseLike; free: boolean; stale: boolean; sentAt: number }> {
     const { key, directory, rangeEnd, lease } = contender;
     const put: RequestOpLike = { request_put: { key, value: owner, lease: lease.id } };
-    const sentAt = now();
-    const response = await withDeadline(
+    const sentAt = this.#clock.monotonic();
+    const response = await this.#requests.run(
       'acquire',
-      this.#options.requestTimeoutMs,
       (options) =>
         this.#client.kv.txn(
           {
@@ -485,12 +482,14 @@ export class EtcdLockService implements LockService {
           },
           options,
         ),
-      // Answered after we gave up: the key exists now, and nobody would ever remove it from the queue.
-      (late) => {
-        const revision = late.succeeded ? late.header.revision : rangeKvs(late, 2)[0]?.create_revision;
-        if (lease.session && revision) this.#retryDelete(key, BigInt(revision), lease);
+      {
+        // Answered after we gave up: the key exists now, and nobody would ever remove it from the queue.
+        onLate: (late) => {
+          const revision = late.succeeded ? late.header.revision : rangeKvs(late, 2)[0]?.create_revision;
+          if (lease.session && revision) this.#retryDelete(key, BigInt(revision), lease);
+        },
+        signal,
       },
-      signal,
     );
     this.#saw(response);
     const own = response.succeeded ? response.header.revision : rangeKvs(response, 2)[0]?.create_revision;
@@ -539,7 +538,7 @@ export class EtcdLockService implements LockService {
           check = await this.#recheck(contender, startedAt, request.ttlMs, request.signal);
         } catch (error) {
           this.#throwIfAborted(request.signal);
-          if (now() >= deadline) throw error;
+          if (this.#clock.monotonic() >= deadline) throw error;
           predecessor = undefined;
           pause = RETRY_PAUSE_MS;
           continue;
@@ -555,7 +554,7 @@ export class EtcdLockService implements LockService {
         }
         if (check.keepAlive instanceof Error) {
           // First in line, but the lease's remaining life is unconfirmed: ask again rather than guess.
-          if (now() >= deadline) throw check.keepAlive;
+          if (this.#clock.monotonic() >= deadline) throw check.keepAlive;
           predecessor = undefined;
           pause = RETRY_PAUSE_MS;
           continue;
@@ -582,7 +581,7 @@ export class EtcdLockService implements LockService {
     signal: AbortSignal,
   ): Promise<Position> {
     const { key, directory, rangeEnd, revision, lease } = contender;
-    const at = now();
+    const at = this.#clock.monotonic();
     const fresh = lease.expiresAt - at >= lease.ttlMs / 2 && lease.expiresAt - startedAt >= ttlMs;
     const keepAlive: Promise<KeepAliveOutcome | Error> = fresh
       ? Promise.resolve({ alive: true, sentAt: lease.confirmedAt })
@@ -593,22 +592,20 @@ export class EtcdLockService implements LockService {
         max_create_revision: String(revision - 1n),
       },
     };
-    const response = await withDeadline(
+    const response = await this.#requests.run(
       'acquire',
-      this.#options.requestTimeoutMs,
       (options) =>
         this.#client.kv.txn(
           { success: [{ request_range: { key, keys_only: true } }, predecessorOp] },
           options,
         ),
-      undefined,
-      signal,
+      { signal },
     );
     this.#saw(response);
     const own = rangeKvs(response, 0)[0];
     const confirmed = await unlessAborted(keepAlive, signal);
     // The re-read and the keep-alive beside it are what a grant after a wait rests on: one round trip.
-    contender.roundTripMs = now() - at;
+    contender.roundTripMs = this.#clock.monotonic() - at;
     return {
       ownKey: own !== undefined && BigInt(own.create_revision) === revision,
       predecessor: rangeKvs(response, 1)[0]?.key,
@@ -637,7 +634,7 @@ export class EtcdLockService implements LockService {
       const finish = (wake: Wake): void => {
         if (done) return;
         done = true;
-        clearTimeout(timer);
+        timer.abort();
         unwatch();
         signal.removeEventListener('abort', onAbort);
         closing.removeEventListener('abort', onAbort);
@@ -654,11 +651,12 @@ export class EtcdLockService implements LockService {
             )
           : () => {};
       const poll = pauseMs > 0 ? pauseMs : Math.max(POLL_FLOOR_MS, 2 * contender.lease.ttlMs);
-      const remaining = deadline - now();
+      const remaining = deadline - this.#clock.monotonic();
       // Not unref'd: the caller is awaiting this acquire, and it must settle.
-      const timer = setTimeout(
+      const timer = new AbortController();
+      this.#clock.sleep(Math.max(0, Math.min(remaining, poll)), timer.signal).then(
         () => finish(remaining <= poll ? 'deadline' : 'poll'),
-        Math.max(0, Math.min(remaining, poll)),
+        () => {},
       );
       if (signal.aborted || closing.aborted) finish('abort');
       else if (lost.aborted) finish('lost');
@@ -680,8 +678,9 @@ export class EtcdLockService implements LockService {
     const { name, slot, key, lease } = contender;
     if (!lease.session) {
       // Nothing keeps the lease alive from here on: past one TTL (and a try) it has expired by itself.
-      const until = now() + lease.ttlMs + this.#undoTryMs;
-      if (!(await this.#tryRevoke(lease))) this.#retryRevoke(lease, until);
+      const until = this.#clock.monotonic() + lease.ttlMs + this.#undoTryMs;
+      if (!(await this.#tryRevoke(lease)))
+        this.#cleanups.run(() => this.#leases.revoke(lease, this.#undoTryMs), until);
       this.#slots.free(name, slot);
       return;
     }
@@ -705,17 +704,20 @@ export class EtcdLockService implements LockService {
     revision: bigint | undefined,
     timeoutMs = this.#options.requestTimeoutMs,
   ): Promise<TxnResponseLike> {
-    const response = await withDeadline('release', timeoutMs, (options) =>
-      this.#client.kv.txn(
-        {
-          compare:
-            revision === undefined
-              ? []
-              : [{ key, target: 'Create', result: 'Equal', create_revision: String(revision) }],
-          success: [{ request_delete_range: { key } }],
-        },
-        options,
-      ),
+    const response = await this.#requests.run(
+      'release',
+      (options) =>
+        this.#client.kv.txn(
+          {
+            compare:
+              revision === undefined
+                ? []
+                : [{ key, target: 'Create', result: 'Equal', create_revision: String(revision) }],
+            success: [{ request_delete_range: { key } }],
+          },
+          options,
+        ),
+      { timeoutMs },
     );
     this.#saw(response);
     return response;
@@ -725,18 +727,11 @@ export class EtcdLockService implements LockService {
    * A session key that could not be deleted would block its lock for as long as the session lives (the other
    * locks keep it alive), so the delete is retried in the background until it lands or the session ends.
    */
-  #retryDelete(key: Buffer, revision: bigint | undefined, lease: TrackedLease, attempt = 0): void {
-    if (attempt >= 8 || lease.isLost) return;
-    const timer = setTimeout(
-      () => {
-        if (lease.isLost) return;
-        this.#deleteKey(key, revision, this.#undoTryMs).catch(() =>
-          this.#retryDelete(key, revision, lease, attempt + 1),
-        );
-      },
-      Math.min(5_000, 250 * 2 ** attempt),
+  #retryDelete(key: Buffer, revision: bigint | undefined, lease: TrackedLease): void {
+    this.#cleanups.run(
+      () => (lease.isLost ? Promise.resolve() : this.#deleteKey(key, revision, this.#undoTryMs)),
+      this.#clock.monotonic() + SESSION_CLEANUP_MS,
     );
-    timer.unref();
   }
 
   /** One bounded try to revoke a contender's lease; true once etcd confirmed it gone (revoked now or before). */
@@ -748,18 +743,6 @@ export class EtcdLockService implements LockService {
       return false;
     }
   }
-
-  /** Retries {@link #tryRevoke} in the background until it is confirmed or the lease must have expired anyway. */
-  #retryRevoke(lease: TrackedLease, until: number, attempt = 0): void {
-    const delay = Math.min(1_000, 100 * 2 ** attempt);
-    if (now() + delay >= until) return;
-    const timer = setTimeout(() => {
-      this.#tryRevoke(lease).then((done) => {
-        if (!done) this.#retryRevoke(lease, until, attempt + 1);
-      });
-    }, delay);
-    timer.unref();
-  }
 }
 
 /**
@@ -767,17 +750,12 @@ export class EtcdLockService implements LockService {
  * time of its last confirmed grant or keep-alive. After a wait in the queue that moment comes after the acquire
  * call began, and `queuedMs` tells core how much later. A session confirmed before this call began cannot be
  * expressed that way; then `ttlMs` is what is left of the lease, counted from the call's start (never less than
- * the TTL asked for: #leaseForAcquire refreshes the session otherwise).
+ * the TTL asked for: the session is refreshed beside the write otherwise).
  */
 function validity(lease: TrackedLease, startedAt: number): { ttlMs: number; queuedMs?: number } {
   const queuedMs = lease.confirmedAt - startedAt;
   if (queuedMs >= 0) return { ttlMs: lease.ttlMs, queuedMs };
   return { ttlMs: Math.floor(lease.expiresAt - startedAt) };
-}
-
-/** etcd leases are whole seconds; round up so a lock never lives shorter than asked. */
-function seconds(ms: number): number {
-  return Math.max(1, Math.ceil(ms / 1000));
 }
 
 function asError(value: unknown): Error {

@@ -1,8 +1,10 @@
 import { EventEmitter } from 'node:events';
 import { TransportError } from '@dlock/core';
-import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { FakeClock } from '@dlock/testing';
+import { beforeEach, describe, expect, it } from 'vitest';
 import type { LeaseClientLike, LeaseKeepAliveResponseLike } from './client-like.js';
 import { KeepAliveChannel } from './keep-alive-channel.js';
+import { EtcdRequests } from './requests.js';
 
 /** A stand-in for the gRPC duplex stream: records writes, and the test plays etcd's answers. */
 class FakeStream extends EventEmitter {
@@ -37,20 +39,18 @@ function fakeLeaseClient() {
 }
 
 describe('KeepAliveChannel', () => {
+  let clock: FakeClock;
   beforeEach(() => {
-    vi.useFakeTimers();
-  });
-  afterEach(() => {
-    vi.useRealTimers();
+    clock = new FakeClock();
   });
 
   it('matches answers to requests per lease id, in order, over one stream', async () => {
     const { client, streams } = fakeLeaseClient();
-    const channel = new KeepAliveChannel(client, 1_000);
+    const channel = new KeepAliveChannel(client, new EtcdRequests(clock, 1_000));
     const a1 = channel.keepAlive('1');
     const b = channel.keepAlive('2');
     const a2 = channel.keepAlive('1');
-    await vi.advanceTimersByTimeAsync(0);
+    await clock.advance(0);
     expect(streams).toHaveLength(1);
     const stream = streams[0] as FakeStream;
     expect(stream.written.map((w) => w.ID)).toEqual(['1', '2', '1']);
@@ -66,16 +66,16 @@ describe('KeepAliveChannel', () => {
 
   it('discards the whole stream after a timeout, so a late answer never counts for a newer request', async () => {
     const { client, streams } = fakeLeaseClient();
-    const channel = new KeepAliveChannel(client, 1_000);
+    const channel = new KeepAliveChannel(client, new EtcdRequests(clock, 1_000));
     const first = channel.keepAlive('1');
     const firstResult = first.catch((error: unknown) => error);
-    await vi.advanceTimersByTimeAsync(1_000);
+    await clock.advance(1_000);
     expect(await firstResult).toBeInstanceOf(TransportError);
     const old = streams[0] as FakeStream;
     // Half-closed before cancelled (see closeStream).
     expect(old.calls).toEqual(['end', 'cancel']);
     const second = channel.keepAlive('1');
-    await vi.advanceTimersByTimeAsync(0);
+    await clock.advance(0);
     expect(streams).toHaveLength(2);
     old.answer('1', '5'); // the stale answer to the first request
     let settled = false;
@@ -85,7 +85,7 @@ describe('KeepAliveChannel', () => {
       },
       () => {},
     );
-    await vi.advanceTimersByTimeAsync(0);
+    await clock.advance(0);
     expect(settled).toBe(false);
     (streams[1] as FakeStream).answer('1', '6');
     await expect(second).resolves.toBe(6);
@@ -94,13 +94,13 @@ describe('KeepAliveChannel', () => {
 
   it('fails every pending request when the stream errors, and reopens on the next one', async () => {
     const { client, streams } = fakeLeaseClient();
-    const channel = new KeepAliveChannel(client, 1_000);
+    const channel = new KeepAliveChannel(client, new EtcdRequests(clock, 1_000));
     const pending = [channel.keepAlive('1'), channel.keepAlive('2')].map((p) => p.catch((e: unknown) => e));
-    await vi.advanceTimersByTimeAsync(0);
+    await clock.advance(0);
     (streams[0] as FakeStream).emit('error', new Error('connection reset'));
     for (const result of await Promise.all(pending)) expect(result).toBeInstanceOf(TransportError);
     const next = channel.keepAlive('1');
-    await vi.advanceTimersByTimeAsync(0);
+    await clock.advance(0);
     (streams[1] as FakeStream).answer('1', '3');
     await expect(next).resolves.toBe(3);
     channel.close();
@@ -109,13 +109,13 @@ describe('KeepAliveChannel', () => {
 
   it('closes an idle stream so it does not keep the process alive', async () => {
     const { client, streams } = fakeLeaseClient();
-    const channel = new KeepAliveChannel(client, 1_000);
+    const channel = new KeepAliveChannel(client, new EtcdRequests(clock, 1_000));
     const done = channel.keepAlive('1');
-    await vi.advanceTimersByTimeAsync(0);
+    await clock.advance(0);
     (streams[0] as FakeStream).answer('1', '2');
     await done;
     expect((streams[0] as FakeStream).calls).toEqual([]);
-    await vi.advanceTimersByTimeAsync(2_000);
+    await clock.advance(2_000);
     expect((streams[0] as FakeStream).calls).toEqual(['end', 'cancel']);
     channel.close();
   });

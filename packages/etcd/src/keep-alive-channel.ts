@@ -1,6 +1,7 @@
+import type { CallDeadlines } from '@dlock/core/adapter';
 import type { DuplexStreamLike, LeaseClientLike, LeaseKeepAliveResponseLike } from './client-like.js';
-import { withDeadline } from './deadline.js';
 import { transportError } from './errors.js';
+import { type EtcdRequests, later } from './requests.js';
 
 type KeepAliveStream = DuplexStreamLike<{ ID?: string }, LeaseKeepAliveResponseLike>;
 
@@ -8,7 +9,7 @@ interface Pending {
   readonly leaseId: string;
   readonly resolve: (ttlSeconds: number) => void;
   readonly reject: (error: Error) => void;
-  readonly timer: NodeJS.Timeout;
+  readonly deadline: ReturnType<CallDeadlines['add']>;
 }
 
 /** One keep-alive stream and the requests sent on it; a stream that misbehaves is thrown away whole. */
@@ -32,14 +33,14 @@ const IDLE_CLOSE_MS = 2_000;
  */
 export class KeepAliveChannel {
   readonly #client: LeaseClientLike;
-  readonly #timeoutMs: number;
+  readonly #requests: EtcdRequests;
   #current: Generation | undefined;
-  #idleTimer: NodeJS.Timeout | undefined;
+  #stopIdleTimer: (() => void) | undefined;
   #closed = false;
 
-  constructor(client: LeaseClientLike, timeoutMs: number) {
+  constructor(client: LeaseClientLike, requests: EtcdRequests) {
     this.#client = client;
-    this.#timeoutMs = timeoutMs;
+    this.#requests = requests;
   }
 
   /**
@@ -49,15 +50,15 @@ export class KeepAliveChannel {
   keepAlive(leaseId: string): Promise<number> {
     if (this.#closed) return Promise.reject(transportError('lease keep-alive', new Error('service closed')));
     const generation = this.#generation();
+    const { clock, deadlines, timeoutMs } = this.#requests;
     return new Promise<number>((resolve, reject) => {
-      const timer = setTimeout(() => {
+      const deadline = deadlines.add(clock.monotonic() + timeoutMs, () => {
         this.#fail(
           generation,
-          transportError('lease keep-alive', new Error(`no answer within ${this.#timeoutMs} ms`)),
+          transportError('lease keep-alive', new Error(`no answer within ${timeoutMs} ms`)),
         );
-      }, this.#timeoutMs);
-      timer.unref();
-      const pending: Pending = { leaseId, resolve, reject, timer };
+      });
+      const pending: Pending = { leaseId, resolve, reject, deadline };
       if (generation.stream) this.#send(generation, pending);
       else generation.queued.push(pending);
     });
@@ -70,38 +71,36 @@ export class KeepAliveChannel {
   }
 
   #generation(): Generation {
-    if (this.#idleTimer) {
-      clearTimeout(this.#idleTimer);
-      this.#idleTimer = undefined;
-    }
+    this.#stopIdleTimer?.();
+    this.#stopIdleTimer = undefined;
     if (this.#current && !this.#current.dead) return this.#current;
     const generation: Generation = { stream: undefined, queued: [], inFlight: new Map(), dead: false };
     this.#current = generation;
-    withDeadline(
-      'lease keep-alive stream',
-      this.#timeoutMs,
-      () => this.#client.leaseKeepAlive(),
-      (late) => closeStream(late),
-    ).then(
-      (stream) => {
-        if (generation.dead) {
-          closeStream(stream);
-          return;
-        }
-        generation.stream = stream;
-        stream.on('data', (response) => this.#answer(generation, response));
-        stream.on('error', (error) =>
-          this.#fail(generation, transportError('lease keep-alive stream', error)),
-        );
-        stream.on('end', () =>
-          this.#fail(generation, transportError('lease keep-alive stream', new Error('stream ended'))),
-        );
-        const queued = generation.queued;
-        generation.queued = [];
-        for (const pending of queued) this.#send(generation, pending);
-      },
-      (error: unknown) => this.#fail(generation, transportError('lease keep-alive stream', error)),
-    );
+    // No gRPC deadline on the stream itself: it would end the stream, not the call to open it.
+    this.#requests
+      .run('lease keep-alive stream', () => this.#client.leaseKeepAlive(), {
+        onLate: (late) => closeStream(late),
+      })
+      .then(
+        (stream) => {
+          if (generation.dead) {
+            closeStream(stream);
+            return;
+          }
+          generation.stream = stream;
+          stream.on('data', (response) => this.#answer(generation, response));
+          stream.on('error', (error) =>
+            this.#fail(generation, transportError('lease keep-alive stream', error)),
+          );
+          stream.on('end', () =>
+            this.#fail(generation, transportError('lease keep-alive stream', new Error('stream ended'))),
+          );
+          const queued = generation.queued;
+          generation.queued = [];
+          for (const pending of queued) this.#send(generation, pending);
+        },
+        (error: unknown) => this.#fail(generation, transportError('lease keep-alive stream', error)),
+      );
     return generation;
   }
 
@@ -124,7 +123,7 @@ export class KeepAliveChannel {
     const pending = queue?.shift();
     if (!pending) return;
     if (queue?.length === 0) generation.inFlight.delete(String(response.ID));
-    clearTimeout(pending.timer);
+    this.#requests.deadlines.delete(pending.deadline);
     const ttl = Number(response.TTL);
     pending.resolve(Number.isFinite(ttl) && ttl > 0 ? ttl : 0);
     this.#maybeIdle(generation);
@@ -132,16 +131,15 @@ export class KeepAliveChannel {
 
   /** Closes the stream once nothing has been pending on it for a while, so it does not keep the process alive. */
   #maybeIdle(generation: Generation): void {
-    if (generation.inFlight.size > 0 || generation.queued.length > 0 || this.#idleTimer) return;
-    this.#idleTimer = setTimeout(() => {
-      this.#idleTimer = undefined;
+    if (generation.inFlight.size > 0 || generation.queued.length > 0 || this.#stopIdleTimer) return;
+    this.#stopIdleTimer = later(this.#requests.clock, IDLE_CLOSE_MS, () => {
+      this.#stopIdleTimer = undefined;
       if (this.#current === generation && generation.inFlight.size === 0 && generation.queued.length === 0) {
         generation.dead = true;
         this.#current = undefined;
         if (generation.stream) closeStream(generation.stream);
       }
-    }, IDLE_CLOSE_MS);
-    this.#idleTimer.unref();
+    });
   }
 
   #fail(generation: Generation, error: Error): void {
@@ -152,7 +150,7 @@ export class KeepAliveChannel {
     generation.queued = [];
     generation.inFlight.clear();
     for (const pending of all) {
-      clearTimeout(pending.timer);
+      this.#requests.deadlines.delete(pending.deadline);
       pending.reject(error);
     }
     if (generation.stream) closeStream(generation.stream);

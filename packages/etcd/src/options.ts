@@ -1,4 +1,4 @@
-import { InvalidArgumentError, MAX_TIMER_MS } from '@dlock/core';
+import { type Clock, InvalidArgumentError, MAX_TIMER_MS } from '@dlock/core';
 import { rejectUnknownKeys } from '@dlock/core/adapter';
 import type { EtcdClientLike } from './client-like.js';
 
@@ -27,6 +27,8 @@ export interface EtcdLockServiceOptions {
   readonly session?: boolean | EtcdSessionOptions;
   /** Upper bound on each etcd request, in ms. Default 3000. Keep it below the `LockClient`'s `operationTimeoutMs`. */
   readonly requestTimeoutMs?: number;
+  /** Where the service reads time and sleeps (deadlines, lease validity, waits). Default `systemClock`. */
+  readonly clock?: Clock;
 }
 
 export interface ResolvedOptions {
@@ -35,9 +37,12 @@ export interface ResolvedOptions {
   /** Undefined: a lease per lock. Otherwise the minimum session TTL in ms (0: the acquire's own). */
   readonly sessionTtlMs: number | undefined;
   readonly requestTimeoutMs: number;
+  /** Undefined: `systemClock`. */
+  readonly clock?: Clock;
 }
 
-const OPTION_KEYS = ['client', 'prefix', 'session', 'requestTimeoutMs'] as const;
+const OPTION_KEYS = ['client', 'prefix', 'session', 'requestTimeoutMs', 'clock'] as const;
+const CLOCK_METHODS = ['now', 'monotonic', 'sleep', 'random'] as const;
 const SESSION_KEYS = ['ttlMs'] as const;
 
 const isObject = (value: unknown): value is Record<string, unknown> =>
@@ -67,6 +72,13 @@ export function resolveOptions(options: unknown): ResolvedOptions {
   if (typeof prefix !== 'string' || prefix.length > 256) {
     throw new InvalidArgumentError('options.prefix', 'must be a string of at most 256 characters');
   }
+  const clock = options['clock'];
+  if (
+    clock !== undefined &&
+    !(isObject(clock) && CLOCK_METHODS.every((m) => typeof clock[m] === 'function'))
+  ) {
+    throw new InvalidArgumentError('options.clock', `must be a Clock (${CLOCK_METHODS.join(', ')})`);
+  }
   const session = options['session'] ?? false;
   let sessionTtlMs: number | undefined;
   if (session === true) sessionTtlMs = 0;
@@ -84,5 +96,6 @@ export function resolveOptions(options: unknown): ResolvedOptions {
     sessionTtlMs,
     requestTimeoutMs:
       timeout === undefined ? 3_000 : positiveInt(timeout, 'options.requestTimeoutMs', 600_000),
+    ...(clock === undefined ? {} : { clock: clock as unknown as Clock }),
   };
 }

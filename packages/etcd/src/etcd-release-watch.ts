@@ -5,8 +5,8 @@ import type {
   WatchRequestLike,
   WatchResponseLike,
 } from './client-like.js';
-import { withDeadline } from './deadline.js';
 import { closeStream } from './keep-alive-channel.js';
+import { type EtcdRequests, later } from './requests.js';
 
 type WatchStream = DuplexStreamLike<WatchRequestLike, WatchResponseLike>;
 
@@ -41,30 +41,31 @@ const IDLE_CLOSE_MS = 2_000;
 const MAX_BACKOFF_MS = 2_000;
 
 /**
- * Many watches over one `Watch` stream, with ids the client assigns (etcd ≥ 3.4), so creation needs no
- * one-at-a-time handshake and answers are never matched by arrival order. A broken stream is reopened with backoff
- * and every watch is re-created from the revision after the last event it saw, so no delete is lost to a
- * reconnect (unless compacted, which is reported as a reset).
+ * Release notices: deletes of lock keys, for the service's `watch()` (a lock's whole directory) and for queued
+ * contenders (the one key just ahead of theirs). Many watches share one `Watch` stream, with ids the client
+ * assigns (etcd ≥ 3.4), so creation needs no one-at-a-time handshake and answers are never matched by arrival
+ * order. A broken stream is reopened with backoff and every watch is re-created from the revision after the last
+ * event it saw, so no delete is lost to a reconnect (unless compacted, which is reported as a reset).
  *
  * `etcd3`'s own `WatchManager` is not used: it creates watchers strictly one after another, backs off up to 30 s
  * after a failure, and throws from its stream handler on an answer it cannot match.
  */
-export class WatchHub {
+export class EtcdReleaseWatch {
   readonly #client: WatchClientLike;
-  readonly #timeoutMs: number;
+  readonly #requests: EtcdRequests;
   readonly #registrations = new Set<Registration>();
   readonly #byId = new Map<string, Registration>();
   #stream: WatchStream | undefined;
   #opening = false;
   #nextId = 1;
   #backoffMs = 50;
-  #reopenTimer: NodeJS.Timeout | undefined;
-  #idleTimer: NodeJS.Timeout | undefined;
+  #reopenTimer: (() => void) | undefined;
+  #idleTimer: (() => void) | undefined;
   #closed = false;
 
-  constructor(client: WatchClientLike, timeoutMs: number) {
+  constructor(client: WatchClientLike, requests: EtcdRequests) {
     this.#client = client;
-    this.#timeoutMs = timeoutMs;
+    this.#requests = requests;
   }
 
   /** Starts a watch; returns its cancel function (idempotent). */
@@ -77,10 +78,8 @@ export class WatchHub {
       nextRevision: spec.startRevision,
     };
     this.#registrations.add(registration);
-    if (this.#idleTimer) {
-      clearTimeout(this.#idleTimer);
-      this.#idleTimer = undefined;
-    }
+    this.#idleTimer?.();
+    this.#idleTimer = undefined;
     if (this.#stream) this.#create(this.#stream, registration);
     else this.#open();
     return () => this.#cancel(registration);
@@ -88,8 +87,8 @@ export class WatchHub {
 
   close(): void {
     this.#closed = true;
-    clearTimeout(this.#reopenTimer);
-    clearTimeout(this.#idleTimer);
+    this.#reopenTimer?.();
+    this.#idleTimer?.();
     this.#registrations.clear();
     this.#byId.clear();
     const stream = this.#stream;
@@ -100,29 +99,27 @@ export class WatchHub {
   #open(): void {
     if (this.#opening || this.#stream || this.#closed || this.#reopenTimer) return;
     this.#opening = true;
-    withDeadline(
-      'watch stream',
-      this.#timeoutMs,
-      () => this.#client.watch(),
-      (late) => closeStream(late),
-    ).then(
-      (stream) => {
-        this.#opening = false;
-        if (this.#closed || this.#registrations.size === 0) {
-          closeStream(stream);
-          return;
-        }
-        this.#stream = stream;
-        stream.on('data', (response) => this.#onResponse(stream, response));
-        stream.on('error', () => this.#broken(stream));
-        stream.on('end', () => this.#broken(stream));
-        for (const registration of this.#registrations) this.#create(stream, registration);
-      },
-      () => {
-        this.#opening = false;
-        this.#scheduleReopen();
-      },
-    );
+    // No gRPC deadline on the stream itself: it would end the stream, not the call to open it.
+    this.#requests
+      .run('watch stream', () => this.#client.watch(), { onLate: (late) => closeStream(late) })
+      .then(
+        (stream) => {
+          this.#opening = false;
+          if (this.#closed || this.#registrations.size === 0) {
+            closeStream(stream);
+            return;
+          }
+          this.#stream = stream;
+          stream.on('data', (response) => this.#onResponse(stream, response));
+          stream.on('error', () => this.#broken(stream));
+          stream.on('end', () => this.#broken(stream));
+          for (const registration of this.#registrations) this.#create(stream, registration);
+        },
+        () => {
+          this.#opening = false;
+          this.#scheduleReopen();
+        },
+      );
   }
 
   #create(stream: WatchStream, registration: Registration): void {
@@ -160,14 +157,13 @@ export class WatchHub {
       }
     }
     if (this.#registrations.size === 0 && !this.#idleTimer) {
-      this.#idleTimer = setTimeout(() => {
+      this.#idleTimer = later(this.#requests.clock, IDLE_CLOSE_MS, () => {
         this.#idleTimer = undefined;
         if (this.#registrations.size > 0 || !this.#stream) return;
         const stream = this.#stream;
         this.#stream = undefined;
         closeStream(stream);
-      }, IDLE_CLOSE_MS);
-      this.#idleTimer.unref();
+      });
     }
   }
 
@@ -211,12 +207,11 @@ export class WatchHub {
 
   #scheduleReopen(): void {
     if (this.#closed || this.#registrations.size === 0 || this.#reopenTimer) return;
-    const delay = this.#backoffMs * (0.5 + Math.random());
+    const delay = this.#backoffMs * (0.5 + this.#requests.clock.random());
     this.#backoffMs = Math.min(MAX_BACKOFF_MS, this.#backoffMs * 2);
-    this.#reopenTimer = setTimeout(() => {
+    this.#reopenTimer = later(this.#requests.clock, delay, () => {
       this.#reopenTimer = undefined;
       this.#open();
-    }, delay);
-    this.#reopenTimer.unref();
+    });
   }
 }

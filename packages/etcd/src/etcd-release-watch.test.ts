@@ -1,7 +1,9 @@
 import { EventEmitter } from 'node:events';
-import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { FakeClock } from '@dlock/testing';
+import { beforeEach, describe, expect, it } from 'vitest';
 import type { WatchClientLike, WatchRequestLike, WatchResponseLike } from './client-like.js';
-import { WatchHub } from './watch-hub.js';
+import { EtcdReleaseWatch } from './etcd-release-watch.js';
+import { EtcdRequests } from './requests.js';
 
 class FakeWatchStream extends EventEmitter {
   readonly written: WatchRequestLike[] = [];
@@ -45,17 +47,15 @@ function fakeWatchClient() {
   return { client, streams };
 }
 
-describe('WatchHub', () => {
+describe('EtcdReleaseWatch', () => {
+  let clock: FakeClock;
   beforeEach(() => {
-    vi.useFakeTimers();
-  });
-  afterEach(() => {
-    vi.useRealTimers();
+    clock = new FakeClock();
   });
 
   it('creates watches with its own ids and routes delete events by id', async () => {
     const { client, streams } = fakeWatchClient();
-    const hub = new WatchHub(client, 1_000);
+    const hub = new EtcdReleaseWatch(client, new EtcdRequests(clock, 1_000));
     const a: string[] = [];
     const b: string[] = [];
     hub.watch(
@@ -63,7 +63,7 @@ describe('WatchHub', () => {
       { onDeletes: (e) => a.push(...e.map((x) => `${x.kv.key}`)) },
     );
     hub.watch({ key: Buffer.from('b') }, { onDeletes: (e) => b.push(...e.map((x) => `${x.kv.key}`)) });
-    await vi.advanceTimersByTimeAsync(0);
+    await clock.advance(0);
     const stream = streams[0] as FakeWatchStream;
     const creates = stream.written.map((w) => w.create_request);
     expect(creates.map((c) => c?.watch_id)).toEqual(['1', '2']);
@@ -79,19 +79,19 @@ describe('WatchHub', () => {
 
   it('after a broken stream, tells every watch and re-creates it from the revision after its last event', async () => {
     const { client, streams } = fakeWatchClient();
-    const hub = new WatchHub(client, 1_000);
+    const hub = new EtcdReleaseWatch(client, new EtcdRequests(clock, 1_000));
     let resets = 0;
     let deletes = 0;
     hub.watch(
       { key: Buffer.from('a'), startRevision: 10n },
       { onDeletes: () => deletes++, onReset: () => resets++ },
     );
-    await vi.advanceTimersByTimeAsync(0);
+    await clock.advance(0);
     const first = streams[0] as FakeWatchStream;
     first.reply({ watch_id: '1', events: [{ type: 'Delete', kv: kv('a', 41) }] });
     first.emit('error', new Error('reset by peer'));
     expect(resets).toBe(1);
-    await vi.advanceTimersByTimeAsync(2_000);
+    await clock.advance(2_000);
     expect(streams).toHaveLength(2);
     const recreated = (streams[1] as FakeWatchStream).written[0]?.create_request;
     expect(recreated?.start_revision).toBe('42');
@@ -104,10 +104,10 @@ describe('WatchHub', () => {
 
   it('re-creates a watch etcd cancelled (e.g. compacted) from now, after telling its owner', async () => {
     const { client, streams } = fakeWatchClient();
-    const hub = new WatchHub(client, 1_000);
+    const hub = new EtcdReleaseWatch(client, new EtcdRequests(clock, 1_000));
     let resets = 0;
     hub.watch({ key: Buffer.from('a'), startRevision: 3n }, { onDeletes: () => {}, onReset: () => resets++ });
-    await vi.advanceTimersByTimeAsync(0);
+    await clock.advance(0);
     const stream = streams[0] as FakeWatchStream;
     stream.reply({ watch_id: '1', created: true, canceled: true, compact_revision: '50' });
     expect(resets).toBe(1);
@@ -119,10 +119,10 @@ describe('WatchHub', () => {
 
   it('cancels on the server, ignores later events, and closes the stream once idle', async () => {
     const { client, streams } = fakeWatchClient();
-    const hub = new WatchHub(client, 1_000);
+    const hub = new EtcdReleaseWatch(client, new EtcdRequests(clock, 1_000));
     let deletes = 0;
     const cancel = hub.watch({ key: Buffer.from('a') }, { onDeletes: () => deletes++ });
-    await vi.advanceTimersByTimeAsync(0);
+    await clock.advance(0);
     const stream = streams[0] as FakeWatchStream;
     cancel();
     cancel();
@@ -130,7 +130,7 @@ describe('WatchHub', () => {
     stream.reply({ watch_id: '1', events: [{ type: 'Delete', kv: kv('a', 5) }] });
     expect(deletes).toBe(0);
     expect(stream.ended).toBe(false);
-    await vi.advanceTimersByTimeAsync(2_000);
+    await clock.advance(2_000);
     expect(stream.ended).toBe(true);
     hub.close();
   });

@@ -1,6 +1,20 @@
 import { TransportError } from '@dlock/core';
+import { FakeClock } from '@dlock/testing';
 import { describe, expect, it, vi } from 'vitest';
-import { unlessAborted, withDeadline } from './deadline.js';
+import type { CallOptionsLike } from './client-like.js';
+import { EtcdRequests, type RequestOptions, unlessAborted } from './requests.js';
+
+/** One bounded request, as the service makes them (formerly `withDeadline(what, timeoutMs, call, onLate, signal)`). */
+function withDeadline<T>(
+  what: string,
+  timeoutMs: number,
+  call: (options: CallOptionsLike) => Promise<T>,
+  onLate?: (value: T) => void,
+  signal?: AbortSignal,
+): Promise<T> {
+  const options: RequestOptions<T> = { timeoutMs, signal, ...(onLate ? { onLate } : {}) };
+  return new EtcdRequests(new FakeClock(), timeoutMs).run(what, call, options);
+}
 
 /** A call whose answer the test hands out by hand. */
 function manualCall<T>(): { call: () => Promise<T>; answer: (value: T) => void } {

@@ -1,11 +1,9 @@
 import { setMaxListeners } from 'node:events';
-import { performance } from 'node:perf_hooks';
+import type { Clock } from '@dlock/core';
 import type { LeaseClientLike } from './client-like.js';
-import { withDeadline } from './deadline.js';
 import { EtcdServiceClosedError, isLeaseNotFound } from './errors.js';
 import { KeepAliveChannel } from './keep-alive-channel.js';
-
-export const now = (): number => performance.now();
+import { type EtcdRequests, later, unlessAborted } from './requests.js';
 
 export interface KeepAliveOutcome {
   /** False: etcd says the lease no longer exists. */
@@ -20,7 +18,7 @@ interface SentKeepAlive {
   failed: boolean;
 }
 
-/** One etcd lease as this process knows it. All times are monotonic ms. */
+/** One etcd lease as this process knows it. All times are monotonic ms on the service's clock. */
 export class TrackedLease {
   readonly id: string;
   /** True for a shared session lease, false for a lease of its own per lock. */
@@ -33,8 +31,9 @@ export class TrackedLease {
   readonly grants = new Set<string>();
   /** Aborted once etcd says the lease is gone. */
   readonly lost = new AbortController();
+  /** Queued contenders on this lease; while there are any, a timer keeps it alive. */
   waiters = 0;
-  timer: NodeJS.Timeout | undefined;
+  stopTimer: (() => void) | undefined;
   last: SentKeepAlive | undefined;
 
   constructor(id: string, ttlS: number, confirmedAt: number, session: boolean) {
@@ -60,48 +59,75 @@ export class TrackedLease {
   }
 }
 
+/** The lease an acquire attempt writes its key with, and in session mode a keep-alive sent beside the write. */
+export interface AcquireLease {
+  readonly lease: TrackedLease;
+  readonly refresh?: Promise<KeepAliveOutcome>;
+}
+
 /**
- * Grants, keeps alive and revokes leases, each call one bounded round trip, and keeps the session leases of
- * session mode (one per distinct TTL).
+ * This service's leases: in session mode the shared session leases (one per distinct TTL, as etcd's
+ * `concurrency.Session`), otherwise a lease per lock. Grants, keeps alive and revokes them, each call one bounded
+ * round trip, and reports a session etcd no longer knows, with every lock on it.
  */
-export class LeaseKeeper {
+export class EtcdSession {
   readonly #client: LeaseClientLike;
-  readonly #timeoutMs: number;
+  readonly #requests: EtcdRequests;
+  readonly #clock: Clock;
+  /** Undefined: a lease per lock. Otherwise the minimum session TTL in ms (0: each acquire's own). */
+  readonly #sessionTtlMs: number | undefined;
   readonly #channel: KeepAliveChannel;
-  readonly #onSessionLost: (lease: TrackedLease, ownershipTokens: readonly string[]) => void;
+  readonly #onSessionLost: (ownershipTokens: readonly string[]) => void;
   readonly #sessions = new Map<number, TrackedLease>();
   readonly #opening = new Map<number, Promise<TrackedLease>>();
   #closed = false;
 
   constructor(
     client: LeaseClientLike,
-    timeoutMs: number,
-    onSessionLost: (lease: TrackedLease, ownershipTokens: readonly string[]) => void,
+    requests: EtcdRequests,
+    sessionTtlMs: number | undefined,
+    onSessionLost: (ownershipTokens: readonly string[]) => void,
   ) {
     this.#client = client;
-    this.#timeoutMs = timeoutMs;
-    this.#channel = new KeepAliveChannel(client, timeoutMs);
+    this.#requests = requests;
+    this.#clock = requests.clock;
+    this.#sessionTtlMs = sessionTtlMs;
+    this.#channel = new KeepAliveChannel(client, requests);
     this.#onSessionLost = onSessionLost;
+  }
+
+  /**
+   * The lease an acquire attempt writes its key with. Per lock: a new lease. In session mode: the session, and —
+   * when the session's known remaining life is shorter than the TTL asked for — a keep-alive sent alongside the
+   * write, so the grant can still promise the full TTL. Settles as soon as `signal` aborts.
+   */
+  async forAcquire(ttlMs: number, startedAt: number, signal: AbortSignal): Promise<AcquireLease> {
+    if (this.#sessionTtlMs === undefined) return { lease: await this.grant(seconds(ttlMs), false, signal) };
+    // The session is shared: this caller giving up stops its wait, not the grant the others wait for too.
+    const lease = await unlessAborted(this.session(seconds(Math.max(ttlMs, this.#sessionTtlMs))), signal);
+    if (lease.expiresAt - startedAt >= ttlMs) return { lease };
+    return { lease, refresh: this.keepAlive(lease, startedAt + ttlMs - lease.ttlMs) };
   }
 
   /** With `signal`, settles as soon as it aborts; a lease granted after that is revoked when the answer comes. */
   async grant(ttlS: number, session: boolean, signal?: AbortSignal): Promise<TrackedLease> {
-    const sentAt = now();
-    const response = await withDeadline(
+    const sentAt = this.#clock.monotonic();
+    const response = await this.#requests.run(
       'lease grant',
-      this.#timeoutMs,
       (options) => this.#client.leaseGrant({ TTL: ttlS }, options),
-      // Granted after we gave up: nobody will use or renew it, but revoking spares etcd the wait.
-      (late) => {
-        this.#client.leaseRevoke({ ID: late.ID }).catch(() => {});
+      {
+        signal,
+        // Granted after we gave up: nobody will use or renew it, but revoking spares etcd the wait.
+        onLate: (late) => {
+          this.#client.leaseRevoke({ ID: late.ID }).catch(() => {});
+        },
       },
-      signal,
     );
     if (this.#closed) {
       // Granted while close() ran: close has revoked what it knew of, so this one goes too, not after its TTL.
-      await withDeadline('lease revoke', this.#timeoutMs, (options) =>
-        this.#client.leaseRevoke({ ID: response.ID }, options),
-      ).catch(() => {});
+      await this.#requests
+        .run('lease revoke', (options) => this.#client.leaseRevoke({ ID: response.ID }, options))
+        .catch(() => {});
       throw new EtcdServiceClosedError();
     }
     const granted = Number(response.TTL);
@@ -115,7 +141,7 @@ export class LeaseKeeper {
   keepAlive(lease: TrackedLease, notBefore: number): Promise<KeepAliveOutcome> {
     const last = lease.last;
     if (last && !last.failed && last.sentAt >= notBefore) return last.outcome;
-    const sentAt = now();
+    const sentAt = this.#clock.monotonic();
     const outcome = this.#channel.keepAlive(lease.id).then((ttlS): KeepAliveOutcome => {
       if (ttlS <= 0) {
         this.markLost(lease);
@@ -137,11 +163,13 @@ export class LeaseKeeper {
    * Resolves true if the lease existed. Revoking deletes every key attached to it, in one raft entry. `timeoutMs`
    * bounds this one try (default: the request timeout).
    */
-  async revoke(lease: TrackedLease, timeoutMs = this.#timeoutMs): Promise<boolean> {
+  async revoke(lease: TrackedLease, timeoutMs?: number): Promise<boolean> {
     this.#forget(lease);
     try {
-      await withDeadline('lease revoke', timeoutMs, (options) =>
-        this.#client.leaseRevoke({ ID: lease.id }, options),
+      await this.#requests.run(
+        'lease revoke',
+        (options) => this.#client.leaseRevoke({ ID: lease.id }, options),
+        timeoutMs === undefined ? {} : { timeoutMs },
       );
       return true;
     } catch (error) {
@@ -157,18 +185,18 @@ export class LeaseKeeper {
   addWaiter(lease: TrackedLease): void {
     lease.waiters += 1;
     if (lease.waiters > 1 || lease.isLost) return;
-    lease.timer = setInterval(() => {
-      this.keepAlive(lease, now()).catch(() => {});
-    }, lease.ttlMs / 3);
-    lease.timer.unref();
+    const tick = (): void => {
+      this.keepAlive(lease, this.#clock.monotonic()).catch(() => {});
+      lease.stopTimer = later(this.#clock, lease.ttlMs / 3, tick);
+    };
+    lease.stopTimer = later(this.#clock, lease.ttlMs / 3, tick);
   }
 
   removeWaiter(lease: TrackedLease): void {
     lease.waiters -= 1;
     if (lease.waiters <= 0) {
       lease.waiters = 0;
-      clearInterval(lease.timer);
-      lease.timer = undefined;
+      this.#stopTimer(lease);
     }
   }
 
@@ -179,7 +207,7 @@ export class LeaseKeeper {
     this.#forget(lease);
     const tokens = [...lease.grants];
     lease.grants.clear();
-    if (lease.session) this.#onSessionLost(lease, tokens);
+    if (lease.session) this.#onSessionLost(tokens);
   }
 
   /**
@@ -190,7 +218,7 @@ export class LeaseKeeper {
   async session(ttlS: number): Promise<TrackedLease> {
     const current = this.#sessions.get(ttlS);
     if (current && !current.isLost) {
-      if (current.expiresAt > now()) return current;
+      if (current.expiresAt > this.#clock.monotonic()) return current;
       this.markLost(current);
       // Awaited: its keys would otherwise sit ahead of the new session's in every queue until etcd expires them.
       await this.revoke(current).catch(() => false);
@@ -224,11 +252,20 @@ export class LeaseKeeper {
     this.#channel.close();
   }
 
+  #stopTimer(lease: TrackedLease): void {
+    lease.stopTimer?.();
+    lease.stopTimer = undefined;
+  }
+
   #forget(lease: TrackedLease): void {
-    clearInterval(lease.timer);
-    lease.timer = undefined;
+    this.#stopTimer(lease);
     for (const [ttlS, session] of this.#sessions) {
       if (session === lease) this.#sessions.delete(ttlS);
     }
   }
+}
+
+/** etcd leases are whole seconds; round up so a lock never lives shorter than asked. */
+export function seconds(ms: number): number {
+  return Math.max(1, Math.ceil(ms / 1000));
 }
