@@ -161,3 +161,56 @@ export class ParentUse {
     return due;
   }
 }
+
+/**
+ * One unref'd timer for all of a service's housekeeping: heartbeats, local session-expiry detection, reaping
+ * unrenewed leases and removing idle parents. It runs while `tick()` says there is work and stops by itself when
+ * idle; `wake()` restarts it. (Call deadlines are core's `CallDeadlines`, which keep their own single timer.)
+ */
+export class Ticker {
+  readonly #clock: Clock;
+  readonly #intervalMs: () => number;
+  readonly #tick: () => boolean;
+  #running: AbortController | undefined;
+  #closed = false;
+
+  constructor(clock: Clock, intervalMs: () => number, tick: () => boolean) {
+    this.#clock = clock;
+    this.#intervalMs = intervalMs;
+    this.#tick = tick;
+  }
+
+  wake(): void {
+    if (this.#running || this.#closed) return;
+    const controller = new AbortController();
+    this.#running = controller;
+    void this.#run(controller);
+  }
+
+  close(): void {
+    this.#closed = true;
+    this.#running?.abort();
+    this.#running = undefined;
+  }
+
+  async #run(controller: AbortController): Promise<void> {
+    try {
+      for (;;) {
+        await this.#clock.sleep(this.#intervalMs(), controller.signal, { unref: true });
+        let more: boolean;
+        try {
+          more = this.#tick();
+        } catch (error) {
+          // A bug in housekeeping must not stop the session's liveness checks.
+          process.emitWarning(`@dlock/zookeeper: housekeeping failed: ${String(error)}`, 'DLockWarning');
+          more = true;
+        }
+        if (!more) break;
+      }
+    } catch {
+      // aborted by close()
+    } finally {
+      if (this.#running === controller) this.#running = undefined;
+    }
+  }
+}

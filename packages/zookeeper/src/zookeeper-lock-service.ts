@@ -9,14 +9,14 @@ import {
   type RenewResult,
   TransportError,
 } from '@dlock/core';
+import { CallDeadlines } from '@dlock/core/adapter';
 import { CREATE_MODE } from './client-like.js';
 import { ZK_ERROR, ZooKeeperServiceClosedError, zkErrorCode } from './errors.js';
-import { Cleanups, ParentUse } from './housekeeping.js';
+import { Cleanups, ParentUse, Ticker } from './housekeeping.js';
 import { attemptPrefix, isNodeOfAttempt, lockParentPath, queueOrder } from './keys.js';
 import { Leftovers } from './leftovers.js';
 import { resolveOptions, type ZooKeeperLockServiceOptions } from './options.js';
 import { ParentSweep } from './parent-sweep.js';
-import { Deadlines, Ticker } from './ticker.js';
 import { ZooKeeperReleaseWatch } from './zookeeper-release-watch.js';
 import { czxidOf, isConnectionLoss, type LeaseRecord, ownerOf, type Session } from './zookeeper-session.js';
 import { Sessions } from './zookeeper-sessions.js';
@@ -78,7 +78,9 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
   readonly #clock: Clock;
   readonly #root: string;
   readonly #sessionTimeoutMs: number;
-  readonly #deadlines = new Deadlines();
+  readonly #deadlines: CallDeadlines;
+  /** Cancels of the requests in flight: what is still pending when `close()` ends is settled then. */
+  readonly #cancels = new Set<(reason: unknown) => void>();
   readonly #ticker: Ticker;
   readonly #closing = new AbortController();
   readonly #sessions: Sessions;
@@ -106,6 +108,7 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
     this.#clock = o.clock;
     this.#root = o.root;
     this.#sessionTimeoutMs = o.sessionTimeoutMs;
+    this.#deadlines = new CallDeadlines(this.#clock);
     this.#ticker = new Ticker(
       this.#clock,
       () => this.#tickMs(),
@@ -133,6 +136,7 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
     this.#sessions = new Sessions({
       clock: this.#clock,
       deadlines: this.#deadlines,
+      cancels: this.#cancels,
       wake: () => this.#ticker.wake(),
       closing: this.#closing.signal,
       client: o.client,
@@ -475,8 +479,8 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
   /**
    * Waits until the node before ours is gone, the deadline passes (resolves), or the caller gives up, the session
    * ends or the service closes (rejects). The watch is set with getData, not exists: on a node that is already gone,
-   * exists would leave a watch behind that nothing ever fires. No timer of its own: the wait's deadline rides on the
-   * housekeeping tick, so a hand-off costs no setTimeout/clearTimeout pair.
+   * exists would leave a watch behind that nothing ever fires. No timer of its own: the wait's deadline shares the one
+   * timer of the call deadlines, so a hand-off costs no setTimeout/clearTimeout pair.
    */
   async #waitForTurn(
     session: Session,
@@ -521,7 +525,6 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
       const due = this.#deadlines.add(until, () => {
         if (finish()) resolve(false);
       });
-      this.#ticker.wake();
       woken.then(() => {
         if (finish()) resolve(true);
       });
@@ -661,7 +664,6 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
 
   #tick(): boolean {
     const now = this.#clock.monotonic();
-    this.#deadlines.expire(now);
     this.#sessions.check(now, this.#tickMs());
     const session = this.#sessions.current;
     if (session) {
@@ -672,10 +674,7 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
     if (this.#parents.idle > 0) this.#removeIdleParents(now);
     if (this.#cleanups.size > 0) this.#cleanups.run(now);
     return (
-      this.#deadlines.size > 0 ||
-      this.#parents.idle > 0 ||
-      this.#cleanups.size > 0 ||
-      this.#sessions.current?.trackingSince !== undefined
+      this.#parents.idle > 0 || this.#cleanups.size > 0 || this.#sessions.current?.trackingSince !== undefined
     );
   }
 
@@ -716,7 +715,10 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
     this.#sessions.close();
     this.#cleanups.drop();
     this.#parents.takeDue(Number.POSITIVE_INFINITY);
-    this.#deadlines.expire(Number.POSITIVE_INFINITY);
+    // Requests still unanswered (a heartbeat, a cleanup's delete) are over: the service is.
+    const closed = new ZooKeeperServiceClosedError();
+    for (const cancel of [...this.#cancels]) cancel(closed);
+    this.#deadlines.stop();
     this.#ticker.close();
   }
 }

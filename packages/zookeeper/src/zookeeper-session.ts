@@ -1,4 +1,5 @@
 import { type Clock, TransportError } from '@dlock/core';
+import { boundedCall, type CallDeadlines } from '@dlock/core/adapter';
 import {
   replyZxid,
   type ZooKeeperClientLike,
@@ -7,13 +8,15 @@ import {
   type ZooKeeperWatcher,
 } from './client-like.js';
 import { isClientSideCode, ZK_ERROR, ZooKeeperSessionError, zkErrorCode } from './errors.js';
-import type { Deadlines } from './ticker.js';
 
 export interface SessionDeps {
   readonly clock: Clock;
-  readonly deadlines: Deadlines;
+  /** Bounds every request (one timer for all of them). */
+  readonly deadlines: CallDeadlines;
+  /** Cancels of the requests in flight: `close()` settles what is still pending at its end. */
+  readonly cancels: Set<(reason: unknown) => void>;
   readonly requestTimeoutMs: number;
-  /** Starts the housekeeping ticker, which enforces the deadlines. */
+  /** Starts the housekeeping ticker, which watches the session's silence. */
   readonly wake: () => void;
 }
 
@@ -34,6 +37,8 @@ export type CheckOutcome =
   | { readonly ok: false; readonly results: readonly ZooKeeperOpResultLike[] };
 
 type Done<T> = (error: unknown, value: T) => void;
+/** What the client answered: a value, or its error and that error's ZooKeeper code. */
+type Answer<T> = { readonly value: T } | { readonly error: unknown; readonly code: number | undefined };
 
 export interface Created {
   readonly path: string;
@@ -149,48 +154,59 @@ export class Session {
     onLate?: (value: T) => void,
   ): Promise<T> {
     if (this.#endError) return Promise.reject(this.#endError);
-    const { clock, deadlines, requestTimeoutMs } = this.#deps;
+    const { clock, deadlines, cancels, requestTimeoutMs } = this.#deps;
     const sentAt = clock.monotonic();
     this.engage();
-    return new Promise<T>((resolve, reject) => {
-      let settled = false;
-      const deadline = deadlines.add(sentAt + requestTimeoutMs, () => {
-        if (settled) return;
-        settled = true;
-        this.disengage();
-        reject(new TransportError(`ZooKeeper ${op} ${path} got no answer within ${requestTimeoutMs} ms`));
-      });
-      // Runs inside the client's socket handler: it must never throw.
-      const done: Done<T> = (error, value) => {
-        const code = error ? zkErrorCode(error) : undefined;
-        if (!error || !isClientSideCode(code)) this.noteContact(sentAt);
-        if (settled) {
-          if (!error && onLate) {
-            try {
-              onLate(value);
-            } catch {
-              // best effort by design
-            }
+    // The client's answer is passed through boundedCall as a value, so that a server's answer (NoNode…) keeps the
+    // client's own error, which callers branch on, instead of becoming a TransportError.
+    const answer = boundedCall<Answer<T>>(
+      () =>
+        new Promise<Answer<T>>((resolve) => {
+          // Runs inside the client's socket handler: it must never throw.
+          const done: Done<T> = (error, value) => {
+            const code = error ? zkErrorCode(error) : undefined;
+            if (!error || !isClientSideCode(code)) this.noteContact(sentAt);
+            resolve(error ? { error, code } : { value });
+          };
+          try {
+            send(done);
+          } catch (error) {
+            done(error ?? new Error('send failed'), undefined as T);
           }
-          return;
-        }
-        settled = true;
-        deadlines.delete(deadline);
+        }),
+      {
+        deadlines,
+        clock,
+        cancels,
+        timeoutMs: requestTimeoutMs,
+        what: `ZooKeeper ${op} ${path}`,
+        onLate: (late) => {
+          if (!onLate || 'error' in late) return;
+          try {
+            onLate(late.value);
+          } catch {
+            // best effort by design
+          }
+        },
+      },
+    );
+    return answer.then(
+      (settled) => {
         this.disengage();
-        if (!error) resolve(value);
-        else if (isClientSideCode(code)) {
-          reject(
-            this.#endError ??
-              new TransportError(`ZooKeeper ${op} ${path} failed: ${describe(error)}`, { cause: error }),
-          );
-        } else reject(error);
-      };
-      try {
-        send(done);
-      } catch (error) {
-        done(error ?? new Error('send failed'), undefined as T);
-      }
-    });
+        if (!('error' in settled)) return settled.value;
+        if (!isClientSideCode(settled.code)) throw settled.error;
+        throw (
+          this.#endError ??
+          new TransportError(`ZooKeeper ${op} ${path} failed: ${describe(settled.error)}`, {
+            cause: settled.error,
+          })
+        );
+      },
+      (error: unknown) => {
+        this.disengage();
+        throw error;
+      },
+    );
   }
 
   /** Resolves the created path and, when the client lets it be read, the create's zxid (the node's czxid). */

@@ -1,5 +1,6 @@
 import { createRequire } from 'node:module';
 import { type Clock, InvalidArgumentError, TransportError } from '@dlock/core';
+import type { CallDeadlines } from '@dlock/core/adapter';
 import {
   dropConnection,
   STATE,
@@ -9,7 +10,6 @@ import {
 } from './client-like.js';
 import { ZooKeeperServiceClosedError, ZooKeeperSessionError } from './errors.js';
 import { requestTimeoutFor } from './options.js';
-import type { Deadlines } from './ticker.js';
 import { Session } from './zookeeper-session.js';
 
 /** How long `close()` on a client may wait for the server before its connection is dropped. */
@@ -70,7 +70,9 @@ function abortable<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
 
 export interface SessionsOptions {
   readonly clock: Clock;
-  readonly deadlines: Deadlines;
+  readonly deadlines: CallDeadlines;
+  /** Cancels of the requests in flight, shared by every session. */
+  readonly cancels: Set<(reason: unknown) => void>;
   /** Starts the housekeeping ticker. */
   readonly wake: () => void;
   /** Aborts when the service closes. */
@@ -248,6 +250,7 @@ export class Sessions {
       {
         clock: this.#o.clock,
         deadlines: this.#o.deadlines,
+        cancels: this.#o.cancels,
         requestTimeoutMs: requestTimeoutFor(client.getSessionTimeout(), this.#o.requestTimeoutMs),
         wake: this.#o.wake,
       },
