@@ -1,4 +1,5 @@
-import { InvalidArgumentError } from '@dlock/core';
+import { InvalidArgumentError, systemClock } from '@dlock/core';
+import { FakeClock } from '@dlock/testing';
 import { describe, expect, it } from 'vitest';
 import type { EtcdClientLike } from './client-like.js';
 import { resolveOptions } from './options.js';
@@ -65,5 +66,34 @@ describe('resolveOptions', () => {
       expect((error as InvalidArgumentError).field).toBe('options.retries');
       expect((error as InvalidArgumentError).message).not.toContain('did you mean');
     }
+  });
+});
+
+describe('resolveOptions: keyPrefix, its deprecated alias prefix, and clock', () => {
+  it('takes keyPrefix, and still takes prefix, for the same thing', () => {
+    expect(resolveOptions({ client, keyPrefix: 'app/' }).prefix).toBe('app/');
+    expect(resolveOptions({ client, prefix: 'app/' }).prefix).toBe('app/');
+    expect(resolveOptions({ client, keyPrefix: '' }).prefix).toBe('');
+  });
+
+  it.each([
+    [{ client, keyPrefix: 'a/', prefix: 'b/' }, 'options.prefix'],
+    [{ client, keyPrefix: 42 }, 'options.keyPrefix'],
+    [{ client, clock: {} }, 'options.clock'],
+    [{ client, clock: { ...systemClock, sleep: 5 } }, 'options.clock'],
+  ])('rejects %o at %s', (options, field) => {
+    try {
+      resolveOptions(options);
+      expect.unreachable();
+    } catch (error) {
+      expect(error).toBeInstanceOf(InvalidArgumentError);
+      expect((error as InvalidArgumentError).field).toBe(field);
+    }
+  });
+
+  it('keeps the clock it is given', () => {
+    const clock = new FakeClock();
+    expect(resolveOptions({ client, clock }).clock).toBe(clock);
+    expect(resolveOptions({ client }).clock).toBeUndefined();
   });
 });

@@ -18,6 +18,8 @@ export interface EtcdLockServiceOptions {
    * Prepended to every key the service writes. Default `"dlock/"`. Keys are written through the client's raw API,
    * so a namespace set with `client.namespace()` does not apply: put it here instead.
    */
+  readonly keyPrefix?: string;
+  /** @deprecated Use `keyPrefix` (the same option under the name every adapter uses). Accepted until 1.0. */
   readonly prefix?: string;
   /**
    * Session mode: every lock this service holds rides on one shared lease (one per distinct TTL), as etcd's
@@ -33,6 +35,7 @@ export interface EtcdLockServiceOptions {
 
 export interface ResolvedOptions {
   readonly client: EtcdClientLike;
+  /** The key prefix (`keyPrefix`, or its deprecated alias `prefix`). */
   readonly prefix: string;
   /** Undefined: a lease per lock. Otherwise the minimum session TTL in ms (0: the acquire's own). */
   readonly sessionTtlMs: number | undefined;
@@ -41,7 +44,7 @@ export interface ResolvedOptions {
   readonly clock?: Clock;
 }
 
-const OPTION_KEYS = ['client', 'prefix', 'session', 'requestTimeoutMs', 'clock'] as const;
+const OPTION_KEYS = ['client', 'keyPrefix', 'prefix', 'session', 'requestTimeoutMs', 'clock'] as const;
 const CLOCK_METHODS = ['now', 'monotonic', 'sleep', 'random'] as const;
 const SESSION_KEYS = ['ttlMs'] as const;
 
@@ -68,9 +71,16 @@ export function resolveOptions(options: unknown): ResolvedOptions {
   ) {
     throw new InvalidArgumentError('options.client', 'must be an etcd3 client (new Etcd3(...))');
   }
-  const prefix = options['prefix'] ?? 'dlock/';
+  if (options['keyPrefix'] !== undefined && options['prefix'] !== undefined) {
+    throw new InvalidArgumentError(
+      'options.prefix',
+      'is the deprecated name of keyPrefix: give only keyPrefix',
+    );
+  }
+  const prefixField = options['prefix'] !== undefined ? 'prefix' : 'keyPrefix';
+  const prefix = options[prefixField] ?? 'dlock/';
   if (typeof prefix !== 'string' || prefix.length > 256) {
-    throw new InvalidArgumentError('options.prefix', 'must be a string of at most 256 characters');
+    throw new InvalidArgumentError(`options.${prefixField}`, 'must be a string of at most 256 characters');
   }
   const clock = options['clock'];
   if (
