@@ -1,7 +1,7 @@
 /**
- * The small part of node-redis (`redis` ^5 or ^6) the adapter calls. A `createClient()` client satisfies both
- * interfaces; declaring them here keeps `redis` a peer dependency the adapter never imports. At run time the service
- * also checks that the client is a node-redis 5 or 6 client (see `client-kind.ts`): ioredis and node-redis 4 have
+ * The small part of node-redis (`redis` ^5 or ^6) each service calls. A `createClient()` client satisfies all four
+ * interfaces; declaring them here keeps `redis` a peer dependency the adapter never imports. At run time the services
+ * also check that each client is a node-redis 5 or 6 client (see `client-kind.ts`): ioredis and node-redis 4 have
  * methods of the same names with other contracts.
  */
 
@@ -31,4 +31,24 @@ export interface RedisSubscriberLike {
   destroy(): void;
   /** Lets the process exit while only this connection is open. */
   unref?(): void;
+}
+
+/** What Redlock calls on each node's client. */
+export interface RedlockClientLike {
+  /** Sends one raw command. The abort signal removes a command that has not been written yet. */
+  sendCommand(args: readonly string[], options?: { abortSignal?: AbortSignal }): Promise<unknown>;
+  /** When false the node is known to be disconnected and is answered as failed at once, not after a timeout. */
+  readonly isReady?: boolean;
+  /** A new, unconnected client with the same options; used only for the pub/sub connection behind `watch`. */
+  duplicate(): RedlockSubscriberLike;
+}
+
+/** What Redlock's `watch` needs of the duplicated connection. */
+export interface RedlockSubscriberLike {
+  on(event: 'error', listener: (error: unknown) => void): unknown;
+  connect(): Promise<unknown>;
+  subscribe(channel: string, listener: (message: string, channel: string) => void): Promise<unknown>;
+  unsubscribe(channel: string, listener: (message: string, channel: string) => void): Promise<unknown>;
+  /** Closes the connection at once, dropping anything pending. */
+  destroy(): void;
 }

@@ -7,6 +7,6 @@ export {
   lockKeys,
   validateKeyPrefix,
 } from './keys.js';
-export { RedisLockService, type RedisLockServiceOptions } from './redis-lock-service.js';
 export * from './redlock/index.js';
+export { RedisLockService, type RedisLockServiceOptions } from './single/redis-lock-service.js';
 export { newOwnershipToken, OWNERSHIP_TOKEN_BYTES } from './tokens.js';

@@ -41,9 +41,14 @@ export function validateKeyPrefix(prefix: unknown, field = 'options.keyPrefix'):
   return prefix;
 }
 
+/** The start of every key of lock `name`: the prefix, then the escaped name as the whole hash tag. */
+function tagged(prefix: string, name: string): string {
+  return `${prefix}{${encodeLockName(name)}}:`;
+}
+
 /** The keys of lock `name` under `prefix` (a validated prefix: no braces). */
 export function lockKeys(prefix: string, name: string): LockKeys {
-  const base = `${prefix}{${encodeLockName(name)}}:`;
+  const base = tagged(prefix, name);
   return {
     lock: `${base}lock`,
     fence: `${base}fence`,
@@ -51,6 +56,28 @@ export function lockKeys(prefix: string, name: string): LockKeys {
     waiters: `${base}waiters`,
     released: `${base}released`,
   };
+}
+
+/**
+ * Redlock's own default prefix: a Redlock node could be a Redis that a single-node `RedisLockService` also uses,
+ * and the two store a lock differently.
+ */
+export const DEFAULT_REDLOCK_PREFIX = 'dlock:redlock:';
+
+/** The keys of one lock on every Redlock node. They share the hash tag `{<encoded name>}`. */
+export interface RedlockKeys {
+  /** String holding the grant's ownership token, with the lease as its TTL. */
+  readonly lock: string;
+  /** This node's fencing counter for the name (a decimal string), kept for the fence retention after each use. */
+  readonly fence: string;
+  /** Channel on which a release announces the fencing token it freed. */
+  readonly released: string;
+}
+
+/** `prefix` must already be validated (no braces); the name is escaped so the hash tag cannot be cut short. */
+export function redlockKeys(prefix: string, name: string): RedlockKeys {
+  const base = tagged(prefix, name);
+  return { lock: `${base}lock`, fence: `${base}fence`, released: `${base}released` };
 }
 
 /** The part of a key Redis Cluster hashes: the first `{…}` with something inside, else the whole key. */

@@ -12,8 +12,8 @@ import { startTcpProxy, type TcpProxy } from '@dlock/test-utils';
 import { FaultyLockService } from '@dlock/testing';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { lockKeys, RedisLockService } from '../src/index.js';
-import { DEFAULT_FENCE_RETENTION_MS } from '../src/option-checks.js';
-import { lockScripts } from '../src/scripts.js';
+import { DEFAULT_FENCE_RETENTION_MS } from '../src/options.js';
+import { lockScripts } from '../src/single/scripts.js';
 import { connect, disconnect, eventually, type Redis, SideRedis, sleep } from './helpers.js';
 
 // Faults on private servers: pauses of the holder and of Redis, lost replies, resets, restarts with data loss.

@@ -9,8 +9,8 @@ import {
 import { lockServiceContract } from '@dlock/testing/contract';
 import { createClient } from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { redlockKeys } from '../src/keys.js';
 import { RedlockService } from '../src/redlock/index.js';
-import { redlockKeys } from '../src/redlock/keys.js';
 import { RedisRedlockNode } from '../src/redlock/redis-node.js';
 import { ACQUIRE, MINT, RELEASE, RENEW } from '../src/redlock/scripts.js';
 import { connect6, type Redis6 } from './helpers.js';

@@ -3,12 +3,11 @@ import { FakeClock } from '@dlock/testing';
 import fc from 'fast-check';
 import { createClient } from 'redis';
 import { describe, expect, it } from 'vitest';
-import { hashTagOf } from '../src/keys.js';
+import { hashTagOf, redlockKeys } from '../src/keys.js';
 import { RedlockService, type RedlockServiceOptions } from '../src/redlock/index.js';
-import { redlockKeys } from '../src/redlock/keys.js';
 import type { NodeRelease } from '../src/redlock/node.js';
-import { ReleaseNotices } from '../src/redlock/notices.js';
 import { QuorumLock } from '../src/redlock/quorum-lock.js';
+import { RedlockReleaseWatch } from '../src/redlock/redlock-release-watch.js';
 import { type Outcome, RoundDeadlines, runRound } from '../src/redlock/round.js';
 import { ModelNode, World } from './redlock-model.js';
 
@@ -250,7 +249,7 @@ describe('QuorumLock under contention and abandonment (in-process nodes)', () =>
   });
 });
 
-describe('ReleaseNotices', () => {
+describe('RedlockReleaseWatch', () => {
   /** One node whose subscriber hands its message listener to the test. */
   function node() {
     const listeners = new Map<string, (message: string, channel: string) => void>();
@@ -277,7 +276,7 @@ describe('ReleaseNotices', () => {
   it('wakes each watcher after its own random delay within the jitter, and ignores what is not a notice', async () => {
     const clock = new FakeClock({ seed: 7 });
     const { client, publish } = node();
-    const notices = new ReleaseNotices([client], 'p:', { clock, jitterMs: () => 40 });
+    const notices = new RedlockReleaseWatch([client], 'p:', { clock, jitterMs: () => 40 });
     const woken: number[][] = [[], [], [], []];
     const unwatch = woken.map((times) => notices.watch('n', () => times.push(clock.monotonic())));
     await clock.advance(40); // the subscription becomes active: one wake-up each

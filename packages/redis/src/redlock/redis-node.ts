@@ -1,6 +1,7 @@
 import { TransportError } from '@dlock/core';
-import type { RedlockClientLike } from './client-like.js';
-import { redlockKeys } from './keys.js';
+import type { RedlockClientLike } from '../client-like.js';
+import { redlockKeys } from '../keys.js';
+import type { LuaScript } from '../lua-script.js';
 import type {
   NodeAcquire,
   NodeAcquireReply,
@@ -10,9 +11,9 @@ import type {
   NodeRenewReply,
   RedlockNode,
 } from './node.js';
-import { ACQUIRE, MINT, RELEASE, RENEW, type Script } from './scripts.js';
+import { ACQUIRE, MINT, RELEASE, RENEW } from './scripts.js';
 
-const SCRIPTS: readonly Script[] = [ACQUIRE, MINT, RENEW, RELEASE];
+const SCRIPTS: readonly LuaScript[] = [ACQUIRE, MINT, RENEW, RELEASE];
 
 /** A counter as the scripts return it: a decimal string of at most 16 digits (below 2^53, exact in Lua). */
 const COUNTER = /^\d{1,16}$/;
@@ -30,10 +31,6 @@ function int(value: unknown): number {
   if (typeof value === 'number') return value;
   if (typeof value === 'string' || typeof value === 'bigint') return Number(value);
   return Number.NaN;
-}
-
-function isNoScript(error: unknown): boolean {
-  return error instanceof Error && error.message.startsWith('NOSCRIPT');
 }
 
 /** One Redlock node on a node-redis client: each operation is one Lua script, so it is atomic on that node. */
@@ -115,7 +112,7 @@ export class RedisRedlockNode implements RedlockNode {
     const keys = redlockKeys(this.#prefix, request.name);
     const args = [request.ownershipToken, keys.released, request.notice ?? ''];
     const reply = request.cleanup
-      ? await this.#send(['EVAL', RELEASE.source, '1', keys.lock, ...args], signal)
+      ? await RELEASE.runWhole((command) => this.#send(command, signal), [keys.lock], args)
       : await this.#eval(RELEASE, [keys.lock], args, signal);
     return int(reply) === 1;
   }
@@ -124,25 +121,23 @@ export class RedisRedlockNode implements RedlockNode {
    * EVALSHA, then EVAL if the node lost its script cache (a restart), with `retryArgs` if given — unless the round
    * is over: nothing new may be sent for a round whose outcome is already decided.
    */
-  async #eval(
-    script: Script,
+  #eval(
+    script: LuaScript,
     keys: string[],
     args: string[],
     signal: AbortSignal,
-    retryArgs: string[] = args,
+    retryArgs?: string[],
   ): Promise<unknown> {
-    const n = String(keys.length);
-    try {
-      return await this.#send(['EVALSHA', script.sha, n, ...keys, ...args], signal);
-    } catch (error) {
-      if (!isNoScript(error)) throw error;
+    return script.run((command) => this.#send(command, signal), keys, args, {
+      get abandoned() {
+        return signal.aborted;
+      },
+      ...(retryArgs === undefined ? {} : { retryArgs }),
       // The node lost its cache: load every script now, so the others (renewals above all) find it in place.
-      for (const each of SCRIPTS) this.#client.sendCommand(['SCRIPT', 'LOAD', each.source]).catch(() => {});
-      if (signal.aborted) throw error;
-      return this.#client.sendCommand(['EVAL', script.source, n, ...keys, ...retryArgs], {
-        abortSignal: signal,
-      });
-    }
+      onNoScript: () => {
+        for (const each of SCRIPTS) this.#client.sendCommand(['SCRIPT', 'LOAD', each.source]).catch(() => {});
+      },
+    });
   }
 
   async #send(command: string[], signal: AbortSignal): Promise<unknown> {

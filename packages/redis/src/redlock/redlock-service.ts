@@ -13,20 +13,19 @@ import {
   validateName,
 } from '@dlock/core';
 import { checkNodeRedisClient } from '../client-kind.js';
-import { validateKeyPrefix } from '../keys.js';
+import type { RedlockClientLike } from '../client-like.js';
+import { DEFAULT_REDLOCK_PREFIX, validateKeyPrefix } from '../keys.js';
 import {
   checkClock,
   checkFenceRetentionMs,
   checkOptionsObject,
   checkTimeoutMs,
   DEFAULT_FENCE_RETENTION_MS,
-} from '../option-checks.js';
+} from '../options.js';
 import { newOwnershipToken } from '../tokens.js';
-import type { RedlockClientLike } from './client-like.js';
-import { DEFAULT_REDLOCK_PREFIX } from './keys.js';
-import { ReleaseNotices } from './notices.js';
 import { QuorumLock, UNDECIDED } from './quorum-lock.js';
 import { RedisRedlockNode } from './redis-node.js';
+import { RedlockReleaseWatch } from './redlock-release-watch.js';
 
 export interface RedlockServiceOptions {
   /**
@@ -70,7 +69,7 @@ export class RedlockService implements LockService, AsyncDisposable {
   /** Nodes that must agree: `floor(N / 2) + 1`. */
   readonly quorum: number;
   readonly #lock: QuorumLock;
-  readonly #notices: ReleaseNotices;
+  readonly #notices: RedlockReleaseWatch;
 
   constructor(options: RedlockServiceOptions) {
     checkOptionsObject(options, 'options', OPTION_KEYS, '`clients`');
@@ -99,7 +98,7 @@ export class RedlockService implements LockService, AsyncDisposable {
     this.#lock = new QuorumLock({ nodes, nodeTimeoutMs, clock, newOwnershipToken });
     this.quorum = this.#lock.quorum;
     const lock = this.#lock;
-    this.#notices = new ReleaseNotices(clients as RedlockClientLike[], prefix, {
+    this.#notices = new RedlockReleaseWatch(clients as RedlockClientLike[], prefix, {
       clock,
       jitterMs: () => lock.wakeJitterMs(),
     });

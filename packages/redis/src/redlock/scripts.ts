@@ -1,14 +1,4 @@
-import { createHash } from 'node:crypto';
-
-/** A Lua script and its SHA1, for EVALSHA with a fallback to EVAL when the node lost its script cache. */
-export interface Script {
-  readonly source: string;
-  readonly sha: string;
-}
-
-function script(source: string): Script {
-  return { source, sha: createHash('sha1').update(source).digest('hex') };
-}
+import { LuaScript } from '../lua-script.js';
 
 /*
  * Every write of a fencing counter gives it the retention TTL (ARGV noted per script): a name nobody locks for that
@@ -27,7 +17,7 @@ end
  * Round 1. KEYS: lock, fence. ARGV: ownership token, ttl ms, counter retention ms.
  * Claims the lock only if it is free and reports this node's counter, or the holder's remaining PTTL.
  */
-export const ACQUIRE = script(`${SEED}
+export const ACQUIRE = new LuaScript(`${SEED}
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local fence = redis.call('GET', KEYS[2])
   if not fence then
@@ -44,7 +34,7 @@ return {0, redis.call('PTTL', KEYS[1])}
  * Returns 1 if this node still holds the grant's key and its counter was below the token and is now raised to it;
  * 0 otherwise (the key is gone, or the counter is already at or past the token: someone else raised it).
  */
-export const MINT = script(`
+export const MINT = new LuaScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 local fence = redis.call('GET', KEYS[2])
 if fence and tonumber(fence) >= tonumber(ARGV[2]) then return 0 end
@@ -59,7 +49,7 @@ return 1
  * to the grant's token, so the grant's majority heals before a second node restarts, but it proves nothing about
  * the time between); 3 = gone and not retaken (flag '0'); 0 = another owner holds it.
  */
-export const RENEW = script(`${SEED}
+export const RENEW = new LuaScript(`${SEED}
 local out = {}
 for i = 1, #KEYS / 2 do
   local lock, fence = KEYS[2 * i - 1], KEYS[2 * i]
@@ -88,7 +78,7 @@ return out
  * KEYS: lock. ARGV: ownership token, release channel, notice (the fencing token; empty: announce nothing).
  * Owner-checked delete, announced on the channel (never with the ownership token, which proves ownership).
  */
-export const RELEASE = script(`
+export const RELEASE = new LuaScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
   if ARGV[3] ~= '' then redis.call('PUBLISH', ARGV[2], ARGV[3]) end

@@ -13,19 +13,20 @@ import {
   validateName,
 } from '@dlock/core';
 import { BackgroundRetries } from '@dlock/core/adapter';
-import { checkNodeRedisClient } from './client-kind.js';
-import type { RedisClientLike, RedisSubscriberLike } from './client-like.js';
-import { type CallState, Deadlines } from './deadlines.js';
-import { DEFAULT_KEY_PREFIX, type LockKeys, lockKeys, validateKeyPrefix } from './keys.js';
-import { Notifier } from './notifier.js';
+import { checkNodeRedisClient } from '../client-kind.js';
+import type { RedisClientLike, RedisSubscriberLike } from '../client-like.js';
+import { DEFAULT_KEY_PREFIX, type LockKeys, lockKeys, validateKeyPrefix } from '../keys.js';
+import type { LuaScript } from '../lua-script.js';
 import {
   checkFenceRetentionMs,
   checkOptionsObject,
   checkTimeoutMs,
   DEFAULT_FENCE_RETENTION_MS,
-} from './option-checks.js';
-import { type LockScripts, type LuaScript, lockScripts } from './scripts.js';
-import { newOwnershipToken } from './tokens.js';
+} from '../options.js';
+import { newOwnershipToken } from '../tokens.js';
+import { type CallState, Deadlines } from './deadlines.js';
+import { RedisReleaseWatch } from './redis-release-watch.js';
+import { type LockScripts, lockScripts } from './scripts.js';
 import { Waiter } from './waiter.js';
 
 export interface RedisLockServiceOptions {
@@ -172,7 +173,7 @@ export class RedisLockService implements LockService {
   readonly #timeoutMs: number;
   readonly #scripts: LockScripts;
   readonly #deadlines = new Deadlines();
-  readonly #notifier: Notifier;
+  readonly #notifier: RedisReleaseWatch;
   /** This service's wake-up channel: the release script publishes hand-offs for our waiters here. */
   readonly #channel: string;
   /** Queued acquires of this service by ownership token. */
@@ -195,7 +196,7 @@ export class RedisLockService implements LockService {
     this.#timeoutMs = options.commandTimeoutMs ?? DEFAULT_TIMEOUT_MS;
     this.#scripts = lockScripts(options.fenceRetentionMs ?? DEFAULT_FENCE_RETENTION_MS);
     this.#channel = `${this.#prefix}wake:${randomBytes(12).toString('base64url')}`;
-    this.#notifier = new Notifier({
+    this.#notifier = new RedisReleaseWatch({
       client: options.client,
       subscriber: options.subscriber,
       channel: this.#channel,

@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { LuaScript } from '../lua-script.js';
 
 /**
  * The Lua scripts. Each runs atomically on the server, so every decision below (who owns the lock, who is next in
@@ -164,55 +164,6 @@ for i = 1, n do
 end
 return out
 `;
-
-/** Sends one raw command; the adapter passes its deadline-bounded sender. */
-export type SendCommand = (args: string[]) => Promise<unknown>;
-
-function isNoScript(error: unknown): boolean {
-  return error instanceof Error && error.message.startsWith('NOSCRIPT');
-}
-
-/** A Lua script run by SHA, sending the source only when the server does not know it (first use, restart). */
-export class LuaScript {
-  readonly source: string;
-  readonly sha: string;
-
-  constructor(source: string) {
-    this.source = source;
-    this.sha = createHash('sha1').update(source).digest('hex');
-  }
-
-  /**
-   * EVALSHA, then EVAL on NOSCRIPT, unless `state` says the caller gave up meanwhile: a script sent after the
-   * caller's clean-up would run after it on the server, and undo the undo.
-   */
-  async run(
-    send: SendCommand,
-    keys: readonly string[],
-    args: readonly string[],
-    state?: { readonly abandoned: boolean },
-  ): Promise<unknown> {
-    // One array per call, reused for the rare EVAL fallback (the hot path is a single EVALSHA).
-    const command = ['EVALSHA', this.sha, String(keys.length), ...keys, ...args];
-    try {
-      return await send(command);
-    } catch (error) {
-      // NOSCRIPT means the script did not run: sending it in full cannot apply it twice.
-      if (!isNoScript(error) || state?.abandoned) throw error;
-      command[0] = 'EVAL';
-      command[1] = this.source;
-      return send(command);
-    }
-  }
-
-  /**
-   * EVAL with the source, for clean-ups: with replies being lost, the NOSCRIPT answer that would make `run` send
-   * the source can be lost too, and the clean-up would never run (the cache is empty after every restart).
-   */
-  runWhole(send: SendCommand, keys: readonly string[], args: readonly string[]): Promise<unknown> {
-    return send(['EVAL', this.source, String(keys.length), ...keys, ...args]);
-  }
-}
 
 export interface LockScripts {
   readonly acquire: LuaScript;

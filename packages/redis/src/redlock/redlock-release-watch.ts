@@ -1,6 +1,6 @@
 import type { Clock } from '@dlock/core';
-import type { RedlockClientLike, RedlockSubscriberLike } from './client-like.js';
-import { redlockKeys } from './keys.js';
+import type { RedlockClientLike, RedlockSubscriberLike } from '../client-like.js';
+import { redlockKeys } from '../keys.js';
 
 interface Channel {
   readonly listeners: Set<() => void>;
@@ -24,7 +24,7 @@ interface Channel {
  * notice arrives each win the nodes nearest to them, split the nodes, and fail together (a livelock when the nodes
  * are at different distances).
  */
-export class ReleaseNotices {
+export class RedlockReleaseWatch {
   readonly #clients: readonly RedlockClientLike[];
   readonly #prefix: string;
   readonly #subscribers: (Promise<RedlockSubscriberLike> | undefined)[];

@@ -1,4 +1,4 @@
-import type { MessageListener, RedisClientLike, RedisSubscriberLike } from './client-like.js';
+import type { MessageListener, RedisClientLike, RedisSubscriberLike } from '../client-like.js';
 import type { Deadlines } from './deadlines.js';
 
 /** node-redis throws when destroying a client that is already closed: that is the state we wanted anyway. */
@@ -10,7 +10,7 @@ function destroyQuietly(sub: RedisSubscriberLike): void {
   }
 }
 
-export interface NotifierOptions {
+export interface ReleaseWatchOptions {
   readonly client: RedisClientLike;
   /** A subscriber the caller owns; without one the notifier duplicates `client` and owns that connection. */
   readonly subscriber: RedisSubscriberLike | undefined;
@@ -32,8 +32,8 @@ export interface NotifierOptions {
  * one message to one process per release) and, reference-counted, the release channels of names someone
  * `watch`es. Pub/sub is best effort: every wait it serves also has a timer of its own.
  */
-export class Notifier {
-  readonly #options: NotifierOptions;
+export class RedisReleaseWatch {
+  readonly #options: ReleaseWatchOptions;
   readonly #watchers = new Map<
     string,
     { readonly callbacks: Set<() => void>; readonly listener: MessageListener }
@@ -58,7 +58,7 @@ export class Notifier {
     }
   };
 
-  constructor(options: NotifierOptions) {
+  constructor(options: ReleaseWatchOptions) {
     this.#options = options;
   }
 

@@ -1,0 +1,67 @@
+import { createHash } from 'node:crypto';
+
+/** Sends one raw command; each service passes its own sender (fail-fast while disconnected, bounded, abortable). */
+export type SendCommand = (args: string[]) => Promise<unknown>;
+
+/** The server does not have the script cached (first use, restart, `SCRIPT FLUSH`): it did not run. */
+export function isNoScript(error: unknown): boolean {
+  return error instanceof Error && error.message.startsWith('NOSCRIPT');
+}
+
+export interface RunOptions {
+  /**
+   * Read when the server answers NOSCRIPT: once the caller has given up, nothing more may be sent, because a script
+   * sent after the caller's clean-up would run after it on the server and undo the undo.
+   */
+  readonly abandoned?: boolean;
+  /** Arguments of the re-sent script when they must differ from the first try's (see Redlock's renewal). */
+  readonly retryArgs?: readonly string[];
+  /** Called on NOSCRIPT, before anything is re-sent: the server lost its script cache. */
+  readonly onNoScript?: () => void;
+}
+
+/**
+ * A Lua script run by SHA, sending the source only when the server does not know it. The one runner of both
+ * services: single-node scripts and every Redlock node's scripts go through it.
+ */
+export class LuaScript {
+  readonly source: string;
+  readonly sha: string;
+
+  constructor(source: string) {
+    this.source = source;
+    this.sha = createHash('sha1').update(source).digest('hex');
+  }
+
+  /** EVALSHA, then EVAL on NOSCRIPT (which means the script did not run: sending it in full cannot apply it twice). */
+  async run(
+    send: SendCommand,
+    keys: readonly string[],
+    args: readonly string[],
+    options?: RunOptions,
+  ): Promise<unknown> {
+    // One array per call, reused for the rare EVAL fallback (the hot path is a single EVALSHA).
+    const command = ['EVALSHA', this.sha, String(keys.length), ...keys, ...args];
+    try {
+      return await send(command);
+    } catch (error) {
+      if (!isNoScript(error)) throw error;
+      options?.onNoScript?.();
+      if (options?.abandoned) throw error;
+      const retryArgs = options?.retryArgs;
+      if (retryArgs !== undefined)
+        return send(['EVAL', this.source, command[2] as string, ...keys, ...retryArgs]);
+      command[0] = 'EVAL';
+      command[1] = this.source;
+      return send(command);
+    }
+  }
+
+  /**
+   * EVAL with the source, for clean-ups: with replies being lost, the NOSCRIPT answer that would make `run` send
+   * the source can be lost too, and the clean-up would never run (the cache is empty after every restart).
+   */
+  runWhole(send: SendCommand, keys: readonly string[], args: readonly string[]): Promise<unknown> {
+    return send(['EVAL', this.source, String(keys.length), ...keys, ...args]);
+  }
+}
