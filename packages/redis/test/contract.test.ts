@@ -1,23 +1,31 @@
 import { REDIS_URL } from '@dlock/test-utils';
-import { lockServiceContract } from '@dlock/testing/contract';
+import { type ContractSubject, lockServiceContract } from '@dlock/testing/contract';
 import { afterAll, beforeAll } from 'vitest';
 import { RedisLockService } from '../src/index.js';
 import { connect, disconnect, NODE_REDIS, type Redis, SideRedis } from './helpers.js';
 
 // Against the shared server, with a fresh client and service per test, as an application would use them; once
 // with each node-redis major the peer range admits.
+// Calls after close() must say CLIENT_CLOSED.
+const closeService = async (subject: ContractSubject): Promise<void> => {
+  await (subject.service as RedisLockService).close();
+};
 for (const driver of NODE_REDIS) {
-  lockServiceContract(`RedisLockService (node-redis ${driver.major})`, async () => {
-    const client = await driver.connect(REDIS_URL);
-    const service = new RedisLockService({ client, keyPrefix: 'dlock-test:', fenceRetentionMs: 60_000 });
-    return {
-      service,
-      close: async () => {
-        await service.close();
-        await disconnect(client);
-      },
-    };
-  });
+  lockServiceContract(
+    `RedisLockService (node-redis ${driver.major})`,
+    async () => {
+      const client = await driver.connect(REDIS_URL);
+      const service = new RedisLockService({ client, keyPrefix: 'dlock-test:', fenceRetentionMs: 60_000 });
+      return {
+        service,
+        close: async () => {
+          await service.close();
+          await disconnect(client);
+        },
+      };
+    },
+    { closeService },
+  );
 }
 
 // On a private server the suite may kill: tokens must keep increasing when Redis comes back empty.
@@ -44,6 +52,7 @@ for (const driver of NODE_REDIS) {
       };
     },
     {
+      closeService,
       faults: [
         {
           name: 'SIGKILL and restart with no data',

@@ -149,7 +149,7 @@ describe('RedisLockService options', () => {
         waitMs: 0,
         signal: new AbortController().signal,
       }),
-    ).rejects.toMatchObject({ code: 'TRANSPORT' });
+    ).rejects.toMatchObject({ code: 'CLIENT_CLOSED' });
     await disconnect(subscriber);
     await disconnect(own);
   });

@@ -246,6 +246,10 @@ describe('RedlockService on 3 real nodes', () => {
     },
     {
       ttlMs: 500,
+      // Calls after close() must say CLIENT_CLOSED.
+      closeService: async () => {
+        await subject?.close();
+      },
       faults: [
         {
           name: 'one node restarted empty',
@@ -279,7 +283,12 @@ describe('RedlockService on 3 real nodes, through node-redis 6 clients', () => {
       subject = new RedlockService({ clients: clients6, nodeTimeoutMs: NODE_TIMEOUT_MS });
       return { service: subject, close: () => subject?.close() };
     },
-    { ttlMs: 500 },
+    {
+      ttlMs: 500,
+      closeService: async () => {
+        await subject?.close();
+      },
+    },
   );
 });
 

@@ -1,56 +1,23 @@
 import {
   type AcquireRequest,
   type AcquireResult,
-  type Clock,
   InvalidArgumentError,
   type Lease,
   type LockService,
   MAX_TIMER_MS,
   type RenewRequest,
   type RenewResult,
-  systemClock,
   TransportError,
   validateName,
 } from '@dlock/core';
-import { checkNodeRedisClient } from '../client-kind.js';
-import type { RedlockClientLike } from '../client-like.js';
-import { DEFAULT_REDLOCK_PREFIX, validateKeyPrefix } from '../keys.js';
-import {
-  checkClock,
-  checkFenceRetentionMs,
-  checkOptionsObject,
-  checkTimeoutMs,
-  DEFAULT_FENCE_RETENTION_MS,
-} from '../options.js';
+import { RedisServiceClosedError } from '../errors.js';
+import { type RedlockServiceOptions, resolveRedlockOptions } from '../options.js';
 import { newOwnershipToken } from '../tokens.js';
 import { QuorumLock, UNDECIDED } from './quorum-lock.js';
 import { RedisRedlockNode } from './redis-node.js';
 import { RedlockReleaseWatch } from './redlock-release-watch.js';
 
-export interface RedlockServiceOptions {
-  /**
-   * Connected node-redis clients, one per independent Redis node (not replicas of each other, not one cluster).
-   * An odd number, 3 or 5, is usual: a lock needs a majority, `floor(N / 2) + 1`, of them.
-   */
-  readonly clients: readonly RedlockClientLike[];
-  /** Prefix of every key and channel. Default `dlock:redlock:`. Must not contain `{` or `}`. */
-  readonly keyPrefix?: string;
-  /**
-   * Bound, in ms, on each round of calls to the nodes (acquire takes two rounds). A node that has not answered by
-   * then counts as failed for that round. Keep it well below the TTLs you use. Default 250.
-   */
-  readonly nodeTimeoutMs?: number;
-  /**
-   * How long each node keeps a name's fencing counter after its last grant or renewal, in ms. Default 7 days. A
-   * counter that is gone (expired, or lost in a restart) is reseeded from that node's clock; see the README.
-   */
-  readonly fenceRetentionMs?: number;
-  /** Time source for round deadlines. Default the system clock. */
-  readonly clock?: Clock;
-}
-
-const DEFAULT_NODE_TIMEOUT_MS = 250;
-const OPTION_KEYS = ['clients', 'keyPrefix', 'nodeTimeoutMs', 'fenceRetentionMs', 'clock'] as const;
+export type { RedlockServiceOptions } from '../options.js';
 
 /**
  * Redlock over N independent Redis nodes, with fencing tokens that keep increasing across grants even when a
@@ -69,48 +36,40 @@ export class RedlockService implements LockService, AsyncDisposable {
   /** Nodes that must agree: `floor(N / 2) + 1`. */
   readonly quorum: number;
   readonly #lock: QuorumLock;
-  readonly #notices: RedlockReleaseWatch;
+  readonly #watch: RedlockReleaseWatch;
+
+  #closed = false;
 
   constructor(options: RedlockServiceOptions) {
-    checkOptionsObject(options, 'options', OPTION_KEYS, '`clients`');
-    const clients: unknown = options['clients'];
-    if (!Array.isArray(clients) || clients.length === 0) {
-      throw new InvalidArgumentError('options.clients', 'must be a non-empty array of node-redis clients');
-    }
-    clients.forEach((client: unknown, i) => {
-      checkNodeRedisClient(client, `options.clients[${i}]`);
-    });
-    // One node counted twice would let a single Redis make up a "majority".
-    if (new Set(clients).size !== clients.length) {
-      throw new InvalidArgumentError('options.clients', 'must not contain the same client twice');
-    }
-    const o = options as RedlockServiceOptions;
-    const prefix = o.keyPrefix === undefined ? DEFAULT_REDLOCK_PREFIX : validateKeyPrefix(o.keyPrefix);
-    const nodeTimeoutMs = o.nodeTimeoutMs ?? DEFAULT_NODE_TIMEOUT_MS;
-    checkTimeoutMs(nodeTimeoutMs, 'options.nodeTimeoutMs', true);
-    const fenceRetentionMs = o.fenceRetentionMs ?? DEFAULT_FENCE_RETENTION_MS;
-    checkFenceRetentionMs(fenceRetentionMs);
-    if (o.clock !== undefined) checkClock(o.clock, 'options.clock');
-    const clock = o.clock ?? systemClock;
-    const nodes = (clients as RedlockClientLike[]).map(
-      (client, i) => new RedisRedlockNode(client, { prefix, fenceRetentionMs, label: `Redlock node ${i}` }),
+    const { clients, keyPrefix, requestTimeoutMs, fenceRetentionMs, clock } = resolveRedlockOptions(options);
+    const nodes = clients.map(
+      (client, i) =>
+        new RedisRedlockNode(client, { prefix: keyPrefix, fenceRetentionMs, label: `Redlock node ${i}` }),
     );
-    this.#lock = new QuorumLock({ nodes, nodeTimeoutMs, clock, newOwnershipToken });
+    this.#lock = new QuorumLock({ nodes, nodeTimeoutMs: requestTimeoutMs, clock, newOwnershipToken });
     this.quorum = this.#lock.quorum;
     const lock = this.#lock;
-    this.#notices = new RedlockReleaseWatch(clients as RedlockClientLike[], prefix, {
+    this.#watch = new RedlockReleaseWatch(clients, keyPrefix, {
       clock,
       jitterMs: () => lock.wakeJitterMs(),
     });
   }
 
   async acquire(request: AcquireRequest): Promise<AcquireResult> {
+    this.#assertOpen();
     validateName(request.name, 'request.name');
     checkTtl(request.ttlMs, 'request.ttlMs');
-    return this.#lock.acquire(request);
+    const result = await this.#lock.acquire(request);
+    if (result.acquired && this.#closed) {
+      // Closed while the rounds ran: nobody may renew this grant any more, so it goes back at once.
+      this.#lock.releaseInBackground({ name: request.name, ownerId: request.ownerId, ...result.grant });
+      this.#assertOpen();
+    }
+    return result;
   }
 
   async renew(request: RenewRequest): Promise<RenewResult> {
+    this.#assertOpen();
     checkRenew(request);
     const [decision] = await this.#lock.renew([request]);
     if (decision === undefined || decision === UNDECIDED) {
@@ -127,6 +86,7 @@ export class RedlockService implements LockService, AsyncDisposable {
    * batch could be decided, which is a transport error for all (most likely a majority of nodes is down).
    */
   async renewMany(requests: readonly RenewRequest[]): Promise<readonly RenewResult[]> {
+    this.#assertOpen();
     for (const request of requests) checkRenew(request);
     const decisions = await this.#lock.renew(requests);
     if (decisions.length > 0 && decisions.every((d) => d === UNDECIDED)) {
@@ -140,6 +100,7 @@ export class RedlockService implements LockService, AsyncDisposable {
   }
 
   async release(lease: Lease): Promise<boolean> {
+    this.#assertOpen();
     checkLease(lease, 'lease');
     return this.#lock.release(lease);
   }
@@ -148,16 +109,25 @@ export class RedlockService implements LockService, AsyncDisposable {
   watch(name: string, onReleased: () => void): () => void {
     validateName(name, 'name');
     if (typeof onReleased !== 'function') throw new InvalidArgumentError('onReleased', 'must be a function');
-    return this.#notices.watch(name, onReleased);
+    return this.#watch.watch(name, onReleased);
   }
 
-  /** Closes the subscriber connections `watch` opened. The clients passed in stay open: they are the caller's. */
+  /**
+   * Closes the subscriber connections `watch` opened. The clients passed in stay open: they are the caller's.
+   * Idempotent. Every call after it rejects with a `ClientClosedError` (code `CLIENT_CLOSED`); a grant that an
+   * acquire in flight wins meanwhile is given back.
+   */
   async close(): Promise<void> {
-    this.#notices.close();
+    this.#closed = true;
+    this.#watch.close();
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close();
+  }
+
+  #assertOpen(): void {
+    if (this.#closed) throw new RedisServiceClosedError('RedlockService');
   }
 }
 

@@ -1,4 +1,5 @@
-import { CallDeadlines, type Clock, systemClock, TransportError } from '@dlock/core';
+import { type Clock, systemClock } from '@dlock/core';
+import { boundedCall, CallDeadlines } from '@dlock/core/adapter';
 
 /**
  * A call still unanswered this long (ms) starts listening to its caller's abort signal. Reading core's request
@@ -22,9 +23,10 @@ export interface BoundOptions {
 }
 
 /**
- * Bounds every Redis call the adapter makes. node-redis' own `timeout` only covers a command that has not been
- * written yet: a written command whose reply never comes (server paused, packets dropped) waits forever. The
- * deadlines share core's one-timer {@link CallDeadlines} (unref'd), so a call costs a set entry, not a timer.
+ * Bounds every Redis call of the single-node service with core's {@link boundedCall} on one shared, unref'd
+ * {@link CallDeadlines} timer (node-redis' own `timeout` only covers a command not yet written: a written command
+ * whose reply never comes waits forever). What it adds to core's: the caller's signal is read lazily (see
+ * {@link WATCH_SIGNAL_AFTER_MS}), and `state` tells the call that it was given up.
  */
 export class Deadlines {
   readonly #clock: Clock;
@@ -41,47 +43,63 @@ export class Deadlines {
    * outcome means.
    */
   bound<T>(promise: Promise<T>, timeoutMs: number, what: string, options?: BoundOptions): Promise<T> {
-    return new Promise<T>((resolve, reject) => {
-      const startedAt = this.#clock.monotonic();
-      let settled = false;
-      let watched: AbortSignal | undefined;
-      const onAbort = (): void => giveUp(watched?.reason);
-      const giveUp = (reason: unknown): void => {
-        if (settled) return;
-        settled = true;
-        if (options?.state) options.state.abandoned = true;
-        this.#deadlines.delete(entry);
-        watched?.removeEventListener('abort', onAbort);
-        reject(reason);
-      };
-      const expire = (): void =>
-        giveUp(new TransportError(`${what} did not answer within ${Math.round(timeoutMs)} ms`));
-      const signalOf = options?.signal;
-      let entry =
-        signalOf === undefined || timeoutMs <= WATCH_SIGNAL_AFTER_MS
-          ? this.#deadlines.add(startedAt + timeoutMs, expire)
-          : this.#deadlines.add(startedAt + WATCH_SIGNAL_AFTER_MS, () => {
-              if (settled) return;
-              const signal = signalOf();
-              if (signal.aborted) {
-                giveUp(signal.reason);
-                return;
-              }
-              watched = signal;
-              signal.addEventListener('abort', onAbort, { once: true });
-              entry = this.#deadlines.add(startedAt + timeoutMs, expire);
-            });
-      const finish = (settle: () => void): void => {
-        if (settled) return;
-        settled = true;
-        this.#deadlines.delete(entry);
-        watched?.removeEventListener('abort', onAbort);
-        settle();
-      };
+    const signalOf = options?.signal;
+    const state = options?.state;
+    // Registered before core's handler, so it has run by the time the bound settles: a rejection without an answer
+    // is the bound giving up.
+    let answered = false;
+    if (state) {
       promise.then(
-        (value) => finish(() => resolve(value)),
-        (error: unknown) => finish(() => reject(error)),
+        () => {
+          answered = true;
+        },
+        () => {
+          answered = true;
+        },
       );
+    }
+    const watch = signalOf !== undefined && timeoutMs > WATCH_SIGNAL_AFTER_MS;
+    const cancels = watch ? new Set<(reason: unknown) => void>() : undefined;
+    const bounded = boundedCall(() => promise, {
+      deadlines: this.#deadlines,
+      clock: this.#clock,
+      timeoutMs,
+      what,
+      ...(cancels ? { cancels } : {}),
     });
+    if (cancels && signalOf) this.#watchLater(bounded, cancels, signalOf);
+    if (!state) return bounded;
+    return bounded.catch((error: unknown) => {
+      if (!answered) state.abandoned = true;
+      throw error;
+    });
+  }
+
+  /** Once the call is slow, an abort of the caller's signal ends it (core's cancel, waiting in `cancels`). */
+  #watchLater(
+    bounded: Promise<unknown>,
+    cancels: Set<(reason: unknown) => void>,
+    signalOf: () => AbortSignal,
+  ): void {
+    let watched: AbortSignal | undefined;
+    const cancel = (reason: unknown): void => {
+      for (const each of [...cancels]) each(reason);
+    };
+    const onAbort = (): void => cancel(watched?.reason);
+    const entry = this.#deadlines.add(this.#clock.monotonic() + WATCH_SIGNAL_AFTER_MS, () => {
+      // Core takes its cancel out of the set once the call settled.
+      if (cancels.size === 0) return;
+      const signal = signalOf();
+      if (signal.aborted) cancel(signal.reason);
+      else {
+        watched = signal;
+        signal.addEventListener('abort', onAbort, { once: true });
+      }
+    });
+    const done = (): void => {
+      this.#deadlines.delete(entry);
+      watched?.removeEventListener('abort', onAbort);
+    };
+    bounded.then(done, done);
   }
 }

@@ -2,58 +2,30 @@ import { randomBytes } from 'node:crypto';
 import {
   type AcquireRequest,
   type AcquireResult,
+  type Clock,
   InvalidArgumentError,
   type Lease,
   type LockService,
   MAX_TIMER_MS,
   type RenewRequest,
   type RenewResult,
-  systemClock,
   TransportError,
   validateName,
 } from '@dlock/core';
-import { BackgroundRetries } from '@dlock/core/adapter';
-import { checkNodeRedisClient } from '../client-kind.js';
-import type { RedisClientLike, RedisSubscriberLike } from '../client-like.js';
-import { DEFAULT_KEY_PREFIX, type LockKeys, lockKeys, validateKeyPrefix } from '../keys.js';
+import { BackgroundRetries, linkSignals } from '@dlock/core/adapter';
+import type { RedisClientLike } from '../client-like.js';
+import { RedisServiceClosedError, unexpectedReply } from '../errors.js';
+import { type LockKeys, lockKeys } from '../keys.js';
 import type { LuaScript } from '../lua-script.js';
-import {
-  checkFenceRetentionMs,
-  checkOptionsObject,
-  checkTimeoutMs,
-  DEFAULT_FENCE_RETENTION_MS,
-} from '../options.js';
+import { type RedisLockServiceOptions, resolveRedisOptions } from '../options.js';
 import { newOwnershipToken } from '../tokens.js';
 import { type CallState, Deadlines } from './deadlines.js';
 import { RedisReleaseWatch } from './redis-release-watch.js';
 import { type LockScripts, lockScripts } from './scripts.js';
 import { Waiter } from './waiter.js';
 
-export interface RedisLockServiceOptions {
-  /** A connected node-redis client (`createClient(...)` after `await connect()`). The caller owns and closes it. */
-  readonly client: RedisClientLike;
-  /**
-   * A connection for pub/sub. Default: `client.duplicate()`, which the service connects, owns and closes in
-   * {@link RedisLockService.close}. A subscriber you pass must be connected by you; the service only subscribes it.
-   */
-  readonly subscriber?: RedisSubscriberLike;
-  /** Prefix of every key and channel, without `{` or `}`. Default `"dlock:"`. */
-  readonly keyPrefix?: string;
-  /**
-   * Bound on each Redis call the service makes, in ms (node-redis does not time out a command already written).
-   * A call that takes longer fails with a `TransportError`. Default 5000.
-   */
-  readonly commandTimeoutMs?: number;
-  /**
-   * How long a name's last fencing token is kept after its last grant, in ms. Default 7 days. Tokens are
-   * max(last + 1, Redis server clock in µs), so once the record is gone (retention over, or Redis lost its data)
-   * the next token still exceeds every earlier one unless the server clock stepped back by more than the time
-   * since the name's last grant. Without a retention a key would stay for every name ever locked.
-   */
-  readonly fenceRetentionMs?: number;
-}
+export type { RedisLockServiceOptions } from '../options.js';
 
-const DEFAULT_TIMEOUT_MS = 5_000;
 /** Renewals per script call: one call for a thousand locks, and no script long enough to stall the server. */
 const RENEW_CHUNK = 1_000;
 /** A waiter looks again this long after the holder's lease should have run out (expiry without a release). */
@@ -65,8 +37,6 @@ const UNKNOWN_EXPIRY_RECHECK_MS = 1_000;
  * times out, and the next one, which may be the one that gets through, must not wait for a long command bound.
  */
 const CLEANUP_TRY_MS = 1_000;
-
-const OPTION_KEYS = ['client', 'subscriber', 'keyPrefix', 'commandTimeoutMs', 'fenceRetentionMs'] as const;
 
 type ScriptReply =
   /** `pttl` is set when the grant predates the script that reported it (a hand-off not yet heard of). */
@@ -80,12 +50,12 @@ interface QueuedWait {
   readonly owner: string;
   readonly ttlMs: number;
   readonly signal: AbortSignal;
-  /** `performance.now()` at entry into `acquire`, and the end of the wait budget on the same clock. */
+  /** The clock's monotonic time at entry into `acquire`, and the end of the wait budget on the same clock. */
   readonly calledAt: number;
   readonly deadline: number;
 }
 
-/** A script reply with the time its request was sent (`performance.now()`). */
+/** A script reply with the time its request was sent (the clock's monotonic time). */
 interface Attempt {
   readonly reply: ScriptReply;
   readonly sentAt: number;
@@ -108,7 +78,7 @@ function parseReply(reply: unknown, what: string): ScriptReply {
       return { granted: true, fence: BigInt(fence), pttl };
     }
   }
-  throw new TransportError(`${what}: unexpected reply from Redis: ${JSON.stringify(reply)}`);
+  throw unexpectedReply(what, reply);
 }
 
 /**
@@ -127,26 +97,6 @@ function leaseStart(attempt: Attempt, ttlMs: number, lastMiss: number): number {
 /** The lock key's value while a grant holds it: renew and release compare it whole. */
 function claimOf(lease: Lease): string {
   return `${lease.ownershipToken} ${lease.fencingToken}`;
-}
-
-function validateOptions(options: unknown): asserts options is RedisLockServiceOptions {
-  checkOptionsObject(options, 'options', OPTION_KEYS, 'a connected node-redis `client`');
-  const o = options;
-  checkNodeRedisClient(o['client'], 'options.client');
-  const subscriber = o['subscriber'];
-  if (subscriber !== undefined) {
-    checkNodeRedisClient(subscriber, 'options.subscriber');
-    if (subscriber === o['client']) {
-      throw new InvalidArgumentError(
-        'options.subscriber',
-        'must be a separate connection from options.client',
-      );
-    }
-  }
-  if (o['keyPrefix'] !== undefined) validateKeyPrefix(o['keyPrefix']);
-  if (o['commandTimeoutMs'] !== undefined)
-    checkTimeoutMs(o['commandTimeoutMs'], 'options.commandTimeoutMs', false);
-  if (o['fenceRetentionMs'] !== undefined) checkFenceRetentionMs(o['fenceRetentionMs']);
 }
 
 /**
@@ -172,15 +122,19 @@ export class RedisLockService implements LockService {
   readonly #prefix: string;
   readonly #timeoutMs: number;
   readonly #scripts: LockScripts;
-  readonly #deadlines = new Deadlines();
   readonly #notifier: RedisReleaseWatch;
   /** This service's wake-up channel: the release script publishes hand-offs for our waiters here. */
   readonly #channel: string;
   /** Queued acquires of this service by ownership token. */
   readonly #waiters = new Map<string, Waiter>();
+  readonly #clock: Clock;
   /** Owner-checked clean-ups after acquires whose outcome is unknown. */
-  readonly #cleanups = new BackgroundRetries(systemClock);
-  #closed = false;
+  readonly #cleanups: BackgroundRetries;
+  readonly #deadlines: Deadlines;
+  /** Aborted by `close()`: ends queued waits (with a `TransportError`, as any interrupted call). */
+  readonly #closing = new AbortController();
+  /** Queued acquires in flight: `close()` lets each reach its clean-up before closing the clean-ups. */
+  readonly #queued = new Set<Promise<AcquireResult>>();
   readonly #send = (args: string[]): Promise<unknown> => {
     // Fail fast rather than sit in node-redis' offline queue and run after the caller gave up (node-redis #1039).
     if (this.#client.isReady === false) {
@@ -190,15 +144,19 @@ export class RedisLockService implements LockService {
   };
 
   constructor(options: RedisLockServiceOptions) {
-    validateOptions(options);
-    this.#client = options.client;
-    this.#prefix = options.keyPrefix ?? DEFAULT_KEY_PREFIX;
-    this.#timeoutMs = options.commandTimeoutMs ?? DEFAULT_TIMEOUT_MS;
-    this.#scripts = lockScripts(options.fenceRetentionMs ?? DEFAULT_FENCE_RETENTION_MS);
+    const resolved = resolveRedisOptions(options);
+    this.#client = resolved.client;
+    this.#prefix = resolved.keyPrefix;
+    this.#timeoutMs = resolved.requestTimeoutMs;
+    this.#clock = resolved.clock;
+    this.#cleanups = new BackgroundRetries(this.#clock);
+    this.#deadlines = new Deadlines(this.#clock);
+    this.#scripts = lockScripts(resolved.fenceRetentionMs);
     this.#channel = `${this.#prefix}wake:${randomBytes(12).toString('base64url')}`;
     this.#notifier = new RedisReleaseWatch({
-      client: options.client,
-      subscriber: options.subscriber,
+      client: resolved.client,
+      subscriber: resolved.subscriber,
+      clock: this.#clock,
       channel: this.#channel,
       deadlines: this.#deadlines,
       timeoutMs: this.#timeoutMs,
@@ -215,7 +173,7 @@ export class RedisLockService implements LockService {
    * never overtakes a waiter that is queued.
    */
   async acquire(request: AcquireRequest): Promise<AcquireResult> {
-    const calledAt = performance.now();
+    const calledAt = this.#clock.monotonic();
     this.#assertOpen();
     const name = validateName(request.name, 'request.name');
     const { ttlMs } = request;
@@ -229,7 +187,16 @@ export class RedisLockService implements LockService {
       const deadline = calledAt + waitMs;
       if (await this.#notifier.ready(Math.min(waitMs, this.#timeoutMs))) {
         this.#assertOpen();
-        return this.#queue({ name, keys, owner, ttlMs, signal: request.signal, calledAt, deadline });
+        // close() ends the wait as the caller giving up would.
+        const linked = linkSignals(request.signal, this.#closing.signal);
+        const queued = this.#queue({ name, keys, owner, ttlMs, signal: linked.signal, calledAt, deadline });
+        this.#queued.add(queued);
+        try {
+          return await queued;
+        } finally {
+          this.#queued.delete(queued);
+          linked.dispose();
+        }
       }
     }
     // Not queueing (no wait, or no subscriber to be woken through): one attempt, and core's loop waits. The signal
@@ -240,12 +207,14 @@ export class RedisLockService implements LockService {
   }
 
   async renew(request: RenewRequest): Promise<RenewResult> {
+    this.#assertOpen();
     const [result] = await this.#renewChunk([request]);
     return result ?? { renewed: false };
   }
 
   /** One script call per 1,000 leases, all sent at once: one round trip however many locks are held. */
   async renewMany(requests: readonly RenewRequest[]): Promise<readonly RenewResult[]> {
+    this.#assertOpen();
     if (requests.length <= RENEW_CHUNK) return this.#renewChunk(requests);
     const chunks: Promise<RenewResult[]>[] = [];
     for (let i = 0; i < requests.length; i += RENEW_CHUNK) {
@@ -255,26 +224,27 @@ export class RedisLockService implements LockService {
   }
 
   async release(lease: Lease): Promise<boolean> {
+    this.#assertOpen();
     const keys = lockKeys(this.#prefix, lease.name);
     return (await this.#run(this.#scripts.release, keys, [claimOf(lease)], 'release')) === 1;
   }
 
   /** Calls `onReleased` when `name` becomes free with nobody queued for it (a hand-off to a waiter is not "free"). */
   watch(name: string, onReleased: () => void): () => void {
-    if (this.#closed) return () => {};
+    if (this.#closing.signal.aborted) return () => {};
     return this.#notifier.watch(lockKeys(this.#prefix, validateName(name)).released, onReleased);
   }
 
   /**
-   * Ends queued waits (they leave the queue), waits for cleanups in flight and closes the subscriber connection
-   * if the service made it. Does not close `client`, which belongs to the caller. Idempotent.
+   * Ends queued waits (they leave the queue, and reject with a `TransportError`), waits for clean-ups in flight and
+   * closes the subscriber connection if the service made it. Does not close `client`, which belongs to the caller.
+   * Idempotent. Every call after it rejects with a `ClientClosedError` (code `CLIENT_CLOSED`).
    */
   async close(): Promise<void> {
-    if (this.#closed) return;
-    this.#closed = true;
-    for (const waiter of this.#waiters.values()) waiter.deliver({ kind: 'closed' });
-    // Let the waits reach their cleanup before waiting for it.
-    await new Promise<void>((resolve) => setImmediate(resolve));
+    if (this.#closing.signal.aborted) return;
+    this.#closing.abort(new TransportError('the RedisLockService was closed'));
+    // Each wait ends at once; its clean-up has started by the time it has.
+    await Promise.allSettled([...this.#queued]);
     await this.#cleanups.close();
     await this.#notifier.close();
   }
@@ -284,7 +254,7 @@ export class RedisLockService implements LockService {
   }
 
   #assertOpen(): void {
-    if (this.#closed) throw new TransportError('the RedisLockService is closed');
+    if (this.#closing.signal.aborted) throw new RedisServiceClosedError('RedisLockService');
   }
 
   /** `queuedMs`: from entry into `acquire` to a moment not after the server started this grant's lease. */
@@ -309,7 +279,7 @@ export class RedisLockService implements LockService {
   ): Promise<Attempt> {
     const args = [owner, String(ttlMs), String(waitMs)];
     if (waitMs > 0) args.push(this.#channel);
-    const sentAt = performance.now();
+    const sentAt = this.#clock.monotonic();
     try {
       const reply = parseReply(
         await this.#run(this.#scripts.acquire, keys, args, 'acquire', signal),
@@ -326,7 +296,7 @@ export class RedisLockService implements LockService {
   async #queue(wait: QueuedWait): Promise<AcquireResult> {
     const { keys, owner, ttlMs, signal, deadline } = wait;
     // Registered before the script runs: the hand-off message may arrive before the script's own reply.
-    const waiter = new Waiter();
+    const waiter = new Waiter(this.#clock);
     this.#waiters.set(owner, waiter);
     // Send time of our last attempt that was refused: a hand-off that follows started its lease after it.
     let lastMiss = wait.calledAt;
@@ -342,7 +312,7 @@ export class RedisLockService implements LockService {
         keys,
         owner,
         ttlMs,
-        Math.max(1, Math.ceil(deadline - performance.now())),
+        Math.max(1, Math.ceil(deadline - this.#clock.monotonic())),
         signalOf,
       );
     };
@@ -357,7 +327,7 @@ export class RedisLockService implements LockService {
         } else {
           lastMiss = attempt.sentAt;
           if (signal.aborted) return this.#abandon(keys, owner, ttlMs, deadline, signal.reason);
-          const remaining = deadline - performance.now();
+          const remaining = deadline - this.#clock.monotonic();
           if (remaining <= 0) return await this.#giveUp(wait, lastMiss);
           // Sleep until the holder's lease would run out: a holder that dies never releases, and nobody else will
           // tell us. A release reaches us sooner, as a hand-off.
@@ -366,15 +336,11 @@ export class RedisLockService implements LockService {
           const event = await waiter.wait(Math.min(expiry, remaining), signal);
           if (event.kind === 'aborted') {
             return this.#abandon(keys, owner, ttlMs, deadline, signal.reason);
-          } else if (event.kind === 'closed' || this.#closed) {
-            // A hand-off that races close() is given back too: nobody would renew it.
-            const reason = new TransportError('the RedisLockService was closed');
-            return this.#abandon(keys, owner, ttlMs, deadline, reason);
           } else if (event.kind === 'granted' && event.fence > spent) {
             leaseFrom = lastMiss;
             fence = event.fence;
           } else {
-            if (deadline - performance.now() <= 0) return await this.#giveUp(wait, lastMiss);
+            if (deadline - this.#clock.monotonic() <= 0) return await this.#giveUp(wait, lastMiss);
             // Same ownership token: the script keeps our place in the queue, or finds the lock already ours.
             attempt = await look();
             continue;
@@ -384,7 +350,7 @@ export class RedisLockService implements LockService {
         const granted = await this.#fresh(wait, fence, leaseFrom, signalOf);
         if (granted) return granted;
         // The lease ran out before we could use it (a very long delay since the hand-off): queue again.
-        if (deadline - performance.now() <= 0) return { acquired: false };
+        if (deadline - this.#clock.monotonic() <= 0) return { acquired: false };
         attempt = await look();
       }
     } finally {
@@ -404,11 +370,11 @@ export class RedisLockService implements LockService {
     signal: () => AbortSignal,
   ): Promise<AcquireResult | null> {
     const { name, keys, owner, ttlMs, calledAt } = wait;
-    if (leaseFrom + ttlMs - performance.now() >= ttlMs / 3) {
+    if (leaseFrom + ttlMs - this.#clock.monotonic() >= ttlMs / 3) {
       return this.#granted(owner, fence, ttlMs, leaseFrom - calledAt);
     }
     const lease: Lease = { name, ownerId: '', ownershipToken: owner, fencingToken: fence };
-    const sentAt = performance.now();
+    const sentAt = this.#clock.monotonic();
     let renewed: boolean;
     try {
       const [result] = await this.#renewChunk([{ lease, ttlMs }], signal);
@@ -425,7 +391,7 @@ export class RedisLockService implements LockService {
     const { keys, owner, ttlMs, signal } = wait;
     const signalOf = (): AbortSignal => signal;
     let attempt: Attempt;
-    const sentAt = performance.now();
+    const sentAt = this.#clock.monotonic();
     try {
       const reply = await this.#run(this.#scripts.leave, keys, [owner, '1'], 'leave queue', signalOf);
       attempt = { reply: parseReply(reply, 'leave'), sentAt };
@@ -442,7 +408,7 @@ export class RedisLockService implements LockService {
   }
 
   #abandon(keys: LockKeys, owner: string, ttlMs: number, deadline: number, reason: unknown): never {
-    this.#leaveInBackground(keys, owner, ttlMs + Math.max(0, deadline - performance.now()));
+    this.#leaveInBackground(keys, owner, ttlMs + Math.max(0, deadline - this.#clock.monotonic()));
     throw reason;
   }
 
@@ -464,7 +430,7 @@ export class RedisLockService implements LockService {
           tryMs,
           'leave queue (clean-up)',
         ),
-      performance.now() + horizonMs,
+      this.#clock.monotonic() + horizonMs,
     );
   }
 
@@ -496,7 +462,7 @@ export class RedisLockService implements LockService {
       signal === undefined ? { state } : { state, signal },
     );
     if (!Array.isArray(reply) || reply.length !== requests.length) {
-      throw new TransportError(`renew: unexpected reply from Redis: ${JSON.stringify(reply)}`);
+      throw unexpectedReply('renew', reply);
     }
     return reply.map((flag) => ({ renewed: flag === 1 }));
   }

@@ -1,3 +1,4 @@
+import type { Clock } from '@dlock/core';
 import type { MessageListener, RedisClientLike, RedisSubscriberLike } from '../client-like.js';
 import type { Deadlines } from './deadlines.js';
 
@@ -17,6 +18,7 @@ export interface ReleaseWatchOptions {
   /** This service's own channel: grants handed to its queued waiters arrive here. */
   readonly channel: string;
   readonly deadlines: Deadlines;
+  readonly clock: Clock;
   readonly timeoutMs: number;
   /**
    * A message on the service channel: a grant handed to one of this service's waiters is `<ownership token>
@@ -72,8 +74,11 @@ export class RedisReleaseWatch {
     if (this.#degradedSince !== undefined) {
       // Waiting again would hold up every acquire by the same timeout while the subscriber cannot connect: answer
       // at once (the caller waits without queueing) and retry in the background, at most once per timeout.
-      if (this.#ready === undefined && performance.now() - this.#degradedSince >= this.#options.timeoutMs) {
-        this.#degradedSince = performance.now();
+      if (
+        this.#ready === undefined &&
+        this.#options.clock.monotonic() - this.#degradedSince >= this.#options.timeoutMs
+      ) {
+        this.#degradedSince = this.#options.clock.monotonic();
         this.#ready = this.#start();
         this.#ready.catch(() => {});
       }
@@ -84,7 +89,7 @@ export class RedisReleaseWatch {
       await this.#options.deadlines.bound(this.#ready, timeoutMs, 'subscribing to the wake-up channel');
       return true;
     } catch {
-      this.#degradedSince = performance.now();
+      this.#degradedSince = this.#options.clock.monotonic();
       return false;
     }
   }

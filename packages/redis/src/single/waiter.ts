@@ -1,52 +1,64 @@
+import { type Clock, systemClock } from '@dlock/core';
+import { WakeSignal } from '@dlock/core/adapter';
+
 export type WaiterEvent =
   /** A release handed the lock to this waiter. */
   | { readonly kind: 'granted'; readonly fence: bigint }
   /** The subscriber reconnected: a hand-off may have been missed, look again. */
-  | { readonly kind: 'recheck' }
-  /** The service is closing. */
-  | { readonly kind: 'closed' };
+  | { readonly kind: 'recheck' };
 
 export type WakeReason = WaiterEvent | { readonly kind: 'timer' } | { readonly kind: 'aborted' };
 
-/** Importance when two events arrive before the waiter looks: a grant must never be overwritten by a recheck. */
-const RANK: Record<WaiterEvent['kind'], number> = { recheck: 0, closed: 1, granted: 2 };
+const TIMER: WakeReason = { kind: 'timer' };
+const RECHECK: WakeReason = { kind: 'recheck' };
+const ABORTED: WakeReason = { kind: 'aborted' };
 
 /**
- * One queued acquire, parked in this process until something happens to it. Events that arrive while it is not
- * parked (a hand-off that overtakes the reply of the script that queued it) are kept for the next `wait`.
+ * One queued acquire's mailbox: core's {@link WakeSignal} (a notice that comes while the waiter is not parked is
+ * kept for its next wait) plus what the notice said, which a `WakeSignal` cannot carry. A grant is never lost to a
+ * later recheck: it is the highest fence handed over, kept until taken.
  */
 export class Waiter {
-  #pending: WaiterEvent | undefined;
-  #wake: ((reason: WakeReason) => void) | undefined;
+  readonly #clock: Clock;
+  readonly #signal = new WakeSignal();
+  /** Highest fence handed to this waiter and not yet taken; 0 when none. */
+  #fence = 0n;
+  #recheck = false;
 
-  deliver(event: WaiterEvent): void {
-    if (this.#wake) {
-      this.#wake(event);
-      return;
-    }
-    if (!this.#pending || RANK[event.kind] > RANK[this.#pending.kind]) this.#pending = event;
+  constructor(clock: Clock = systemClock) {
+    this.#clock = clock;
   }
 
-  /** Resolves with the first of: a delivered event, `ms` elapsing, `signal` aborting. */
-  wait(ms: number, signal: AbortSignal): Promise<WakeReason> {
-    const pending = this.#pending;
-    if (pending) {
-      this.#pending = undefined;
-      return Promise.resolve(pending);
+  deliver(event: WaiterEvent): void {
+    if (event.kind === 'granted') {
+      if (event.fence > this.#fence) this.#fence = event.fence;
+    } else {
+      this.#recheck = true;
     }
-    if (signal.aborted) return Promise.resolve({ kind: 'aborted' });
-    return new Promise<WakeReason>((resolve) => {
-      const finish = (reason: WakeReason): void => {
-        this.#wake = undefined;
-        clearTimeout(timer);
-        signal.removeEventListener('abort', onAbort);
-        resolve(reason);
-      };
-      const onAbort = (): void => finish({ kind: 'aborted' });
-      // Not unref'd: a caller awaiting a lock is work in progress, and the process must not exit under it.
-      const timer = setTimeout(() => finish({ kind: 'timer' }), Math.max(0, ms));
-      signal.addEventListener('abort', onAbort, { once: true });
-      this.#wake = finish;
-    });
+    this.#signal.notify();
+  }
+
+  /**
+   * Resolves with the first of: a delivered event, `ms` elapsing, `signal` aborting. Not unref'd: a caller
+   * awaiting a lock is work in progress, and the process must not exit under it.
+   */
+  async wait(ms: number, signal: AbortSignal): Promise<WakeReason> {
+    try {
+      await this.#signal.wait(this.#clock, ms, signal);
+    } catch (error) {
+      if (signal.aborted) return ABORTED;
+      throw error;
+    }
+    const fence = this.#fence;
+    if (fence > 0n) {
+      this.#fence = 0n;
+      this.#recheck = false;
+      return { kind: 'granted', fence };
+    }
+    if (this.#recheck) {
+      this.#recheck = false;
+      return RECHECK;
+    }
+    return TIMER;
   }
 }
