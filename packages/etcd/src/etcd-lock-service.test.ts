@@ -127,4 +127,20 @@ describe('EtcdLockService on an injected clock', () => {
     abort.abort(reason);
     await expect(waiting).rejects.toBe(reason);
   });
+
+  it('gives up at the end of the wait without another re-read, as no notice came', async () => {
+    const clock = new FakeClock();
+    const { client, rechecks } = queueOfTwo();
+    const service = new EtcdLockService({ client, clock, session: true });
+    const signal = new AbortController().signal;
+    let outcome: unknown;
+    service.acquire({ name: 'x', ownerId: 'o', ttlMs: 2_000, waitMs: 7_000, signal }).then((result) => {
+      outcome = result;
+    });
+    await clock.advance(5_000);
+    expect(rechecks()).toBe(1);
+    await clock.advance(2_000);
+    expect(outcome).toEqual({ acquired: false });
+    expect(rechecks()).toBe(1);
+  });
 });

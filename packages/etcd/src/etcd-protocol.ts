@@ -252,13 +252,19 @@ export class EtcdProtocol implements QueueDriver<Claim, Wait> {
   /**
    * Sleeps until the predecessor's key is deleted (watched from the revision after our read, so a delete between
    * the read and the watch is not missed), the watch resets, the poll floor or `ms` passes, or our lease is lost.
+   * At the end of `ms` with no notice nothing has changed that a re-read could show: the claim stays where it was,
+   * and core gives up without one more request.
    */
   async wait(claim: Claim, wait: Wait, ms: number, signal: AbortSignal): Promise<Standing<Wait> | undefined> {
     const lease = leaseOf(claim);
     const lost = lease.lost.signal;
     if (lost.aborted) return GONE;
     const wake = new WakeSignal();
-    const notify = (): void => wake.notify();
+    let noticed = false;
+    const notify = (): void => {
+      noticed = true;
+      wake.notify();
+    };
     lost.addEventListener('abort', notify, { once: true });
     const unwatch =
       'predecessor' in wait
@@ -274,7 +280,8 @@ export class EtcdProtocol implements QueueDriver<Claim, Wait> {
       unwatch();
       lost.removeEventListener('abort', notify);
     }
-    return lost.aborted ? GONE : undefined;
+    if (lost.aborted) return GONE;
+    return noticed || ms > poll ? undefined : { kind: 'behind', wait };
   }
 
   /**
