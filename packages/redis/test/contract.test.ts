@@ -6,7 +6,7 @@ import { connect, disconnect, NODE_REDIS, type Redis, SideRedis } from './helper
 
 // Against the shared server, with a fresh client and service per test, as an application would use them; once
 // with each node-redis major the peer range admits.
-// Calls after close() must say CLIENT_CLOSED.
+// Waiters queue in Redis, so the suite checks arrival order too; calls after close() must say CLIENT_CLOSED.
 const closeService = async (subject: ContractSubject): Promise<void> => {
   await (subject.service as RedisLockService).close();
 };
@@ -24,7 +24,7 @@ for (const driver of NODE_REDIS) {
         },
       };
     },
-    { closeService },
+    { fifo: true, closeService },
   );
 }
 
@@ -52,6 +52,7 @@ for (const driver of NODE_REDIS) {
       };
     },
     {
+      fifo: true,
       closeService,
       faults: [
         {

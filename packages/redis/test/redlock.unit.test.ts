@@ -63,6 +63,39 @@ describe('RedlockService options', () => {
     expect(() => new RedlockService({ clients, clock: {} as never })).toThrow(InvalidArgumentError);
   });
 
+  it('takes requestTimeoutMs, and nodeTimeoutMs as its deprecated name, but not both', () => {
+    const clients = [fresh()];
+    expect(() => new RedlockService({ clients, requestTimeoutMs: 100 })).not.toThrow();
+    expect(() => new RedlockService({ clients, nodeTimeoutMs: 100 })).not.toThrow();
+    for (const bad of [0, 1.5, 2 ** 31]) {
+      expect(() => new RedlockService({ clients, requestTimeoutMs: bad }), String(bad)).toThrow(
+        InvalidArgumentError,
+      );
+    }
+    let error: unknown;
+    try {
+      new RedlockService({ clients, requestTimeoutMs: 100, nodeTimeoutMs: 100 });
+    } catch (e) {
+      error = e;
+    }
+    expect(error).toBeInstanceOf(InvalidArgumentError);
+    expect((error as InvalidArgumentError).field).toBe('options.nodeTimeoutMs');
+  });
+
+  it('rejects every call after close() with ClientClosedError, before touching the nodes', async () => {
+    const service = new RedlockService({ clients: [fresh()] });
+    await service.close();
+    const signal = new AbortController().signal;
+    const lease = { name: 'a', ownerId: 'x', ownershipToken: 't', fencingToken: 1n };
+    const closed = { code: 'CLIENT_CLOSED' };
+    await expect(
+      service.acquire({ name: 'a', ownerId: 'x', ttlMs: 100, waitMs: 0, signal }),
+    ).rejects.toMatchObject(closed);
+    await expect(service.renew({ lease, ttlMs: 100 })).rejects.toMatchObject(closed);
+    await expect(service.renewMany([{ lease, ttlMs: 100 }])).rejects.toMatchObject(closed);
+    await expect(service.release(lease)).rejects.toMatchObject(closed);
+  });
+
   it('rejects bad requests without touching the nodes', async () => {
     const service = new RedlockService({ clients: [fresh()] });
     const signal = new AbortController().signal;

@@ -1,6 +1,10 @@
 import type { Clock } from '@dlock/core';
 import type { MessageListener, RedisClientLike, RedisSubscriberLike } from '../client-like.js';
 import type { Deadlines } from './deadlines.js';
+import { Waiter } from './waiter.js';
+
+/** A hand-off message: "<ownership token> <fencing token>". */
+const HAND_OFF = /^(\S+) (\d+)$/;
 
 /** node-redis throws when destroying a client that is already closed: that is the state we wanted anyway. */
 function destroyQuietly(sub: RedisSubscriberLike): void {
@@ -13,26 +17,20 @@ function destroyQuietly(sub: RedisSubscriberLike): void {
 
 export interface ReleaseWatchOptions {
   readonly client: RedisClientLike;
-  /** A subscriber the caller owns; without one the notifier duplicates `client` and owns that connection. */
+  /** A subscriber the caller owns; without one the watch duplicates `client` and owns that connection. */
   readonly subscriber: RedisSubscriberLike | undefined;
   /** This service's own channel: grants handed to its queued waiters arrive here. */
   readonly channel: string;
   readonly deadlines: Deadlines;
   readonly clock: Clock;
   readonly timeoutMs: number;
-  /**
-   * A message on the service channel: a grant handed to one of this service's waiters is `<ownership token>
-   * <fencing token>`, but anyone can publish there, so it must expect anything.
-   */
-  readonly onGrant: (message: unknown) => void;
-  /** The subscriber (re)connected: messages sent while it was down are lost, so waiters should look again. */
-  readonly onReconnect: () => void;
 }
 
 /**
- * The one subscriber connection of a service. It carries the service's own channel (hand-offs to queued waiters:
- * one message to one process per release) and, reference-counted, the release channels of names someone
- * `watch`es. Pub/sub is best effort: every wait it serves also has a timer of its own.
+ * The one subscriber connection of a service, and the notices it brings. It carries the service's own channel
+ * (hand-offs to queued waiters: one message to one process per release, delivered to that waiter's mailbox) and,
+ * reference-counted, the release channels of names someone `watch`es. Pub/sub is best effort: every wait it serves
+ * also has a timer of its own.
  */
 export class RedisReleaseWatch {
   readonly #options: ReleaseWatchOptions;
@@ -47,14 +45,19 @@ export class RedisReleaseWatch {
   /** When `ready()` last gave up waiting; while set, it answers at once and retries in the background. */
   #degradedSince: number | undefined;
   #closed = false;
-  readonly #onReady = (): void => this.#options.onReconnect();
+  /** Mailboxes of this service's queued waiters, by ownership token. */
+  readonly #waiters = new Map<string, Waiter>();
+  // The subscriber (re)connected: messages sent while it was down are lost, so every waiter looks again.
+  readonly #onReady = (): void => {
+    for (const waiter of this.#waiters.values()) waiter.deliver({ kind: 'recheck' });
+  };
   readonly #onError = (): void => {
     // node-redis reconnects by itself; an 'error' event without a listener would crash the process.
   };
   // Called by the client library: an exception here would escape into its socket handler and crash the process.
   readonly #onGrant: MessageListener = (message) => {
     try {
-      this.#options.onGrant(message);
+      this.#handOff(message);
     } catch {
       // A message we cannot use is not ours: ignored.
     }
@@ -92,6 +95,20 @@ export class RedisReleaseWatch {
       this.#degradedSince = this.#options.clock.monotonic();
       return false;
     }
+  }
+
+  /**
+   * A mailbox for the queued waiter `owner`, registered before its script runs: the hand-off message may arrive
+   * before the script's own reply.
+   */
+  register(owner: string): Waiter {
+    const waiter = new Waiter(this.#options.clock);
+    if (!this.#closed) this.#waiters.set(owner, waiter);
+    return waiter;
+  }
+
+  unregister(owner: string): void {
+    this.#waiters.delete(owner);
   }
 
   /** Subscribes `callback` to `channel` (reference-counted). Best effort; returns the unsubscribe function. */
@@ -139,6 +156,7 @@ export class RedisReleaseWatch {
     this.#subscriber = undefined;
     const watched = [...this.#watchers];
     this.#watchers.clear();
+    this.#waiters.clear();
     if (!sub) return;
     sub.off('ready', this.#onReady);
     if (this.#options.subscriber) {
@@ -204,6 +222,17 @@ export class RedisReleaseWatch {
       this.#degradedSince = undefined;
       sub.on('ready', this.#onReady);
     }
+  }
+
+  /** A message on the service channel. Anyone who can PUBLISH can write there: it must expect anything. */
+  #handOff(message: unknown): void {
+    // Only "<token> <decimal fence>" is a hand-off.
+    if (typeof message !== 'string') return;
+    const match = HAND_OFF.exec(message);
+    if (match === null) return;
+    const [, owner, fence] = match as unknown as [string, string, string];
+    // No waiter: it left (abort, deadline) and its own leave script gives the lock back; nothing to do here.
+    this.#waiters.get(owner)?.deliver({ kind: 'granted', fence: BigInt(fence) });
   }
 
   #quietly(action: (sub: RedisSubscriberLike) => Promise<unknown>): void {

@@ -1,0 +1,402 @@
+import {
+  type AcquireRequest,
+  type Clock,
+  type Lease,
+  type RenewRequest,
+  type RenewResult,
+  TransportError,
+} from '@dlock/core';
+import type { QueueDriver, Standing } from '@dlock/core/adapter';
+import type { RedisClientLike } from '../client-like.js';
+import { unexpectedReply } from '../errors.js';
+import { type LockKeys, lockKeys } from '../keys.js';
+import type { LuaScript, SendCommand } from '../lua-script.js';
+import { newOwnershipToken } from '../tokens.js';
+import type { CallState, Deadlines } from './deadlines.js';
+import type { RedisReleaseWatch } from './redis-release-watch.js';
+import type { LockScripts } from './scripts.js';
+import type { Waiter } from './waiter.js';
+
+/** Renewals per script call: one call for a thousand locks, and no script long enough to stall the server. */
+const RENEW_CHUNK = 1_000;
+/** A waiter looks again this long after the holder's lease should have run out (expiry without a release). */
+const EXPIRY_SLACK_MS = 2;
+/** When the holder's expiry is unknown, a waiter looks again after this long. */
+const UNKNOWN_EXPIRY_RECHECK_MS = 1_000;
+/**
+ * Bound on each try of a clean-up (when `requestTimeoutMs` is longer): while replies are being lost every try
+ * times out, and the next one, which may be the one that gets through, must not wait for a long request bound.
+ */
+const CLEANUP_TRY_MS = 1_000;
+
+/**
+ * One acquire call as the service hands it to core's `acquireInQueue`: the request, plus what every claim made for
+ * it shares.
+ */
+export class RedisAcquire implements AcquireRequest {
+  readonly name: string;
+  readonly ownerId: string;
+  readonly ttlMs: number;
+  readonly waitMs: number;
+  readonly signal: AbortSignal;
+  readonly keys: LockKeys;
+  /** The clock's monotonic time at entry into the service's `acquire`: grants say when their lease began from it. */
+  readonly calledAt: number;
+  /** Claims queue in Redis and wait for a hand-off; otherwise one attempt, and core's `LockClient` loop waits. */
+  readonly queue: boolean;
+  /** The signal the call bounds listen to once a call is slow (read lazily: see `deadlines.ts`). */
+  readonly signalOf: () => AbortSignal;
+  /** End of the wait, set by the first claim: after core set its own, so never before it. */
+  deadline: number | undefined;
+
+  constructor(fields: Omit<RedisAcquire, 'deadline'>) {
+    this.name = fields.name;
+    this.ownerId = fields.ownerId;
+    this.ttlMs = fields.ttlMs;
+    this.waitMs = fields.waitMs;
+    this.signal = fields.signal;
+    this.keys = fields.keys;
+    this.calledAt = fields.calledAt;
+    this.queue = fields.queue;
+    this.signalOf = fields.signalOf;
+  }
+}
+
+/** One attempt's place in the queue: its ownership token, named before any I/O. */
+export interface Claim {
+  readonly call: RedisAcquire;
+  readonly owner: string;
+  /** Where hand-offs to this claim arrive (queued claims only). */
+  readonly waiter: Waiter | undefined;
+  /** Redis may hold something of this claim (a queue entry or a grant), so leaving must run the leave script. */
+  placed: boolean;
+  /** Send time of the last attempt that was refused: a hand-off that follows started its lease after it. */
+  lastMiss: number;
+  /** Round trip of the last script call that answered. */
+  roundTripMs: number;
+  /**
+   * Highest fence already handed to this claim. A hand-off message can overtake or trail the script reply that
+   * reports the same grant; once that grant is used up (its lease ran out before it could be returned), a late copy
+   * of it must not be taken for a new hand-off: the lock may belong to someone else by now.
+   */
+  spent: bigint;
+  /** The last standing Redis reported: past the deadline, a re-check answers with it (core gives up next). */
+  last: Standing<Wait> | undefined;
+}
+
+/** What a queued claim waits for, besides a hand-off: the holder's lease running out (0: look again at once). */
+export interface Wait {
+  readonly recheckInMs: number;
+}
+
+type ScriptReply =
+  /** `pttl` is set when the grant predates the script that reported it (a hand-off not yet heard of). */
+  | { readonly granted: true; readonly fence: bigint; readonly pttl?: number }
+  | { readonly granted: false; readonly pttl: number };
+
+const DECIMAL = /^[1-9]\d*$/;
+const GONE: Standing<Wait> = { kind: 'gone' };
+const LOOK_AGAIN: Standing<Wait> = { kind: 'behind', wait: { recheckInMs: 0 } };
+
+/**
+ * The acquire and leave scripts answer with the fencing token (a string) when they granted the lock to the caller,
+ * with {fencing token, PTTL} when the caller already held it, and with the holder's PTTL otherwise.
+ */
+function parseReply(reply: unknown, what: string): ScriptReply {
+  if (typeof reply === 'string' && DECIMAL.test(reply)) return { granted: true, fence: BigInt(reply) };
+  if (typeof reply === 'number') return { granted: false, pttl: reply };
+  if (Array.isArray(reply) && reply.length === 2) {
+    const [fence, pttl] = reply as unknown[];
+    if (typeof fence === 'string' && DECIMAL.test(fence) && typeof pttl === 'number') {
+      return { granted: true, fence: BigInt(fence), pttl };
+    }
+  }
+  throw unexpectedReply(what, reply);
+}
+
+/**
+ * The latest moment, on the service's monotonic clock, that is surely not after the server started the grant's
+ * lease. A grant made by the script itself started after the script was sent. One made earlier (by a release
+ * handing over) started after `lastMiss`, the send of our last attempt that was still refused, and no earlier than
+ * `sent + PTTL - TTL` as read by the script.
+ */
+function leaseStart(reply: ScriptReply, sentAt: number, ttlMs: number, lastMiss: number): number {
+  if (!reply.granted) return lastMiss;
+  if (reply.pttl === undefined) return sentAt;
+  return Math.max(lastMiss, sentAt + reply.pttl - ttlMs);
+}
+
+/** The lock key's value while a grant holds it: renew and release compare it whole. */
+function claimOf(lease: Lease): string {
+  return `${lease.ownershipToken} ${lease.fencingToken}`;
+}
+
+/** The keys every lock script takes, in the order the scripts expect them. */
+function keyList(keys: LockKeys): string[] {
+  return [keys.lock, keys.fence, keys.queue, keys.waiters];
+}
+
+export interface RedisProtocolParts {
+  readonly client: RedisClientLike;
+  readonly scripts: LockScripts;
+  readonly deadlines: Deadlines;
+  readonly clock: Clock;
+  readonly requestTimeoutMs: number;
+  readonly keyPrefix: string;
+  /** This service's wake-up channel: the release script publishes hand-offs for our waiters there. */
+  readonly channel: string;
+  readonly watch: RedisReleaseWatch;
+}
+
+/**
+ * The single-node lock protocol, as core's queue driver plus renew and release. Every step is one Lua script
+ * (`scripts.ts`), atomic on the server: the queue lives in Redis, and a release hands the lock to the oldest live
+ * waiter inside its own script, with one message to that waiter's process. Core's `acquireInQueue` runs the loop
+ * (queue, wait, re-check, leave on deadline, abort or failure); these are its steps.
+ */
+export class RedisProtocol implements QueueDriver<Claim, Wait> {
+  readonly #client: RedisClientLike;
+  readonly #scripts: LockScripts;
+  readonly #deadlines: Deadlines;
+  readonly #clock: Clock;
+  readonly #timeoutMs: number;
+  readonly #prefix: string;
+  readonly #channel: string;
+  readonly #watch: RedisReleaseWatch;
+  readonly #send: SendCommand = (args) => {
+    // Fail fast rather than sit in node-redis' offline queue and run after the caller gave up (node-redis #1039).
+    if (this.#client.isReady === false) {
+      return Promise.reject(new TransportError('the Redis client is not connected'));
+    }
+    return this.#client.sendCommand(args);
+  };
+
+  constructor(parts: RedisProtocolParts) {
+    this.#client = parts.client;
+    this.#scripts = parts.scripts;
+    this.#deadlines = parts.deadlines;
+    this.#clock = parts.clock;
+    this.#timeoutMs = parts.requestTimeoutMs;
+    this.#prefix = parts.keyPrefix;
+    this.#channel = parts.channel;
+    this.#watch = parts.watch;
+  }
+
+  /** A new ownership token; a queued claim's mailbox is registered now, before its first script can grant. */
+  claim(request: AcquireRequest): Claim {
+    if (!(request instanceof RedisAcquire)) throw new TypeError('RedisProtocol claims only a RedisAcquire');
+    request.deadline ??= this.#clock.monotonic() + request.waitMs;
+    const owner = newOwnershipToken();
+    return {
+      call: request,
+      owner,
+      waiter: request.queue ? this.#watch.register(owner) : undefined,
+      placed: false,
+      lastMiss: request.calledAt,
+      roundTripMs: 0,
+      spent: 0n,
+      last: undefined,
+    };
+  }
+
+  /**
+   * The acquire script: grants a free lock (a free lock with waiters goes to the oldest live one first, so a caller
+   * that does not queue never overtakes the queue), else queues the claim when it waits, and answers the holder's
+   * remaining lease.
+   */
+  enqueue(claim: Claim): Promise<Standing<Wait>> {
+    return this.#acquire(claim);
+  }
+
+  /**
+   * The acquire script again, with the same token: it keeps the claim's place in the queue, or finds the lock
+   * already handed to it. Past the deadline there is nothing to look for: core gives up next, and the give-up
+   * script itself keeps a hand-off that came at the last moment.
+   */
+  check(claim: Claim): Promise<Standing<Wait>> {
+    const { last, call } = claim;
+    if (last !== undefined && this.#clock.monotonic() >= (call.deadline ?? 0)) return Promise.resolve(last);
+    return this.#acquire(claim);
+  }
+
+  /**
+   * Waits for a hand-off message to this claim, or until the holder's lease should have run out (a holder that
+   * dies never releases, and nobody else would tell us). A hand-off is the answer itself: no script is run to take
+   * the turn.
+   */
+  async wait(claim: Claim, wait: Wait, ms: number, signal: AbortSignal): Promise<Standing<Wait> | undefined> {
+    const waitMs = Math.min(wait.recheckInMs, ms);
+    if (claim.waiter === undefined) {
+      await this.#clock.sleep(waitMs, signal);
+      return undefined;
+    }
+    const event = await claim.waiter.wait(waitMs, signal);
+    if (event.kind === 'aborted') throw signal.reason;
+    if (event.kind === 'granted' && event.fence > claim.spent) {
+      return this.#granted(claim, event.fence, claim.lastMiss);
+    }
+    return undefined;
+  }
+
+  /**
+   * The leave script, giving up a grant made to this claim (handing it on): the owner-checked undo after an
+   * abandoned or failed acquire. Sent whole (an empty script cache cannot stop it) and bounded per try.
+   */
+  async leave(claim: Claim): Promise<void> {
+    this.#watch.unregister(claim.owner);
+    if (!claim.placed) return;
+    await this.#deadlines.bound(
+      this.#scripts.leave.runWhole(this.#send, keyList(claim.call.keys), [claim.owner, '0']),
+      Math.min(this.#timeoutMs, CLEANUP_TRY_MS),
+      'leave queue (clean-up)',
+    );
+  }
+
+  /** The leave script at the deadline, keeping the lock if a hand-off reached this claim at the last moment. */
+  async giveUp(claim: Claim): Promise<Standing<Wait>> {
+    this.#watch.unregister(claim.owner);
+    if (!claim.placed) return GONE;
+    const sentAt = this.#clock.monotonic();
+    const raw = await this.#run(this.#scripts.leave, claim, [claim.owner, '1'], 'leave queue');
+    claim.roundTripMs = this.#clock.monotonic() - sentAt;
+    const reply = parseReply(raw, 'leave');
+    if (!reply.granted) {
+      claim.placed = false;
+      return GONE;
+    }
+    const standing = await this.#granted(
+      claim,
+      reply.fence,
+      leaseStart(reply, sentAt, claim.call.ttlMs, claim.lastMiss),
+    );
+    return standing ?? GONE;
+  }
+
+  /** The renew script: extends each lease whose whole claim (ownership and fencing token) still holds its key. */
+  async renew(requests: readonly RenewRequest[], signal?: () => AbortSignal): Promise<RenewResult[]> {
+    if (requests.length <= RENEW_CHUNK) return this.#renewChunk(requests, signal);
+    const chunks: Promise<RenewResult[]>[] = [];
+    for (let i = 0; i < requests.length; i += RENEW_CHUNK) {
+      chunks.push(this.#renewChunk(requests.slice(i, i + RENEW_CHUNK), signal));
+    }
+    return (await Promise.all(chunks)).flat();
+  }
+
+  /** The release script: owner-checked delete, handing the lock to the oldest live waiter in the same step. */
+  async release(lease: Lease): Promise<boolean> {
+    const keys = keyList(lockKeys(this.#prefix, lease.name));
+    const state: CallState = { abandoned: false };
+    const reply = await this.#deadlines.bound(
+      this.#scripts.release.run(this.#send, keys, [claimOf(lease)], state),
+      this.#timeoutMs,
+      'release',
+      { state },
+    );
+    return reply === 1;
+  }
+
+  async #acquire(claim: Claim): Promise<Standing<Wait>> {
+    const { call, owner } = claim;
+    const now = this.#clock.monotonic();
+    const waitMs = call.queue ? Math.max(1, Math.ceil((call.deadline ?? now) - now)) : 0;
+    const args = [owner, String(call.ttlMs), String(waitMs)];
+    if (waitMs > 0) args.push(this.#channel);
+    // From here until the reply, the script may have granted or queued: a failure leaves it to be undone.
+    claim.placed = true;
+    const raw = await this.#run(this.#scripts.acquire, claim, args, 'acquire');
+    claim.roundTripMs = this.#clock.monotonic() - now;
+    const reply = parseReply(raw, 'acquire');
+    if (reply.granted) {
+      const leaseFrom = leaseStart(reply, now, call.ttlMs, claim.lastMiss);
+      return (await this.#granted(claim, reply.fence, leaseFrom)) ?? LOOK_AGAIN;
+    }
+    claim.lastMiss = now;
+    // Refused without queueing: nothing of this claim is in Redis.
+    if (!call.queue) claim.placed = false;
+    const pttl = reply.pttl;
+    const standing: Standing<Wait> = {
+      kind: 'behind',
+      wait: { recheckInMs: pttl > 0 ? pttl + EXPIRY_SLACK_MS : UNKNOWN_EXPIRY_RECHECK_MS },
+      // Only a fresh answer is a hint; a queued claim's would be as old as its wait by the time core passed it on.
+      ...(!call.queue && pttl > 0 ? { holderExpiresInMs: pttl } : {}),
+    };
+    claim.last = standing;
+    return standing;
+  }
+
+  /**
+   * The claim holds the lock with `fence`, its lease started no earlier than `leaseFrom`. A grant handed over while
+   * it waited may have little of its lease left: if a third may already be gone, it is extended first, so that the
+   * caller gets a handle with a full window instead of one core would find (nearly) expired. Undefined if the lease
+   * ran out before that.
+   */
+  async #granted(claim: Claim, fence: bigint, leaseFrom: number): Promise<Standing<Wait> | undefined> {
+    if (fence > claim.spent) claim.spent = fence;
+    const { call, owner } = claim;
+    if (leaseFrom + call.ttlMs - this.#clock.monotonic() >= call.ttlMs / 3) {
+      return this.#first(claim, fence, leaseFrom);
+    }
+    const lease: Lease = {
+      name: call.name,
+      ownerId: call.ownerId,
+      ownershipToken: owner,
+      fencingToken: fence,
+    };
+    const sentAt = this.#clock.monotonic();
+    const [result] = await this.#renewChunk([{ lease, ttlMs: call.ttlMs }], call.signalOf);
+    claim.roundTripMs = this.#clock.monotonic() - sentAt;
+    return result?.renewed === true ? this.#first(claim, fence, sentAt) : undefined;
+  }
+
+  #first(claim: Claim, fence: bigint, leaseFrom: number): Standing<Wait> {
+    const { call, owner } = claim;
+    this.#watch.unregister(owner);
+    return {
+      kind: 'first',
+      grant: {
+        ownershipToken: owner,
+        fencingToken: fence,
+        ttlMs: call.ttlMs,
+        // From entry into `acquire` to a moment not after the server started this grant's lease.
+        queuedMs: Math.max(0, leaseFrom - call.calledAt),
+        // One request's round trip, for core's admission check: not the whole wait since the lease began.
+        roundTripMs: claim.roundTripMs,
+      },
+    };
+  }
+
+  async #renewChunk(requests: readonly RenewRequest[], signal?: () => AbortSignal): Promise<RenewResult[]> {
+    if (requests.length === 0) return [];
+    const keys: string[] = [];
+    const args: string[] = [];
+    for (const { lease } of requests) {
+      keys.push(lockKeys(this.#prefix, lease.name).lock);
+      args.push(claimOf(lease));
+    }
+    for (const { ttlMs } of requests) args.push(String(Math.ceil(ttlMs)));
+    const state: CallState = { abandoned: false };
+    const reply = await this.#deadlines.bound(
+      this.#scripts.renew.run(this.#send, keys, args, state),
+      this.#timeoutMs,
+      `renew (${requests.length})`,
+      signal === undefined ? { state } : { state, signal },
+    );
+    if (!Array.isArray(reply) || reply.length !== requests.length) throw unexpectedReply('renew', reply);
+    return reply.map((flag) => ({ renewed: flag === 1 }));
+  }
+
+  /**
+   * One script call for `claim`, bounded by the request timeout. A caller that gives up (core aborts the request's
+   * signal when it abandons the call) ends it at once, so that the undo starts then, not at this call's own,
+   * possibly much later, deadline.
+   */
+  #run(script: LuaScript, claim: Claim, args: string[], what: string): Promise<unknown> {
+    const state: CallState = { abandoned: false };
+    return this.#deadlines.bound(
+      script.run(this.#send, keyList(claim.call.keys), args, state),
+      this.#timeoutMs,
+      what,
+      { state, signal: claim.call.signalOf },
+    );
+  }
+}
