@@ -32,6 +32,22 @@ export interface LeaseRecord {
   confirmedAt: number;
 }
 
+/**
+ * Nodes of a session that must go once their use is over: the queue node of an attempt that has not been granted
+ * (or that gave its grant back), or a node whose delete failed. The session tracks them while they may exist, so
+ * that its end hands them on (see `Leftovers`) instead of forgetting them.
+ */
+export interface SessionNodes {
+  readonly parent: string;
+  /** The node's name under the parent, once known. */
+  node: string | undefined;
+  /** The attempt id in the node's name, when a create of it went out unanswered: any node with it must go. */
+  readonly attemptId: string | undefined;
+  uncertain: boolean;
+  /** When retrying the delete stops, once a try has failed (monotonic ms). */
+  giveUpAt: number | undefined;
+}
+
 export type CheckOutcome =
   | { readonly ok: true }
   | { readonly ok: false; readonly results: readonly ZooKeeperOpResultLike[] };
@@ -70,8 +86,9 @@ export class Session {
   heartbeatInFlight = false;
   droppedAt = Number.NEGATIVE_INFINITY;
   readonly leases = new Map<string, LeaseRecord>();
+  /** Nodes of this session that must go (see {@link SessionNodes}); each keeps the session's silence watched. */
+  readonly pending = new Set<SessionNodes>();
   readonly #deps: SessionDeps;
-  readonly #ended = new AbortController();
   #endError: ZooKeeperSessionError | undefined;
   #concerns = 0;
   #trackingSince: number | undefined;
@@ -93,11 +110,6 @@ export class Session {
     return this.#endError;
   }
 
-  /** Aborts, with the `ZooKeeperSessionError`, when the session ends. */
-  get endSignal(): AbortSignal {
-    return this.#ended.signal;
-  }
-
   /**
    * Since when something has been waiting on this server without pause (a grant, a contender in a queue, a request,
    * a pending cleanup), if something is. Only then is silence from the server alarming, and it counts from no
@@ -112,7 +124,6 @@ export class Session {
     if (this.#endError) return undefined;
     const error = new ZooKeeperSessionError(this.id, reason);
     this.#endError = error;
-    this.#ended.abort(error);
     return error;
   }
 
@@ -135,6 +146,17 @@ export class Session {
 
   deleteLease(token: string): void {
     if (this.leases.delete(token)) this.disengage();
+  }
+
+  /** Tracks nodes that must go until {@link letGo}; idempotent. */
+  hold(nodes: SessionNodes): void {
+    if (this.pending.has(nodes)) return;
+    this.pending.add(nodes);
+    this.engage();
+  }
+
+  letGo(nodes: SessionNodes): void {
+    if (this.pending.delete(nodes)) this.disengage();
   }
 
   noteContact(sentAt: number): void {
