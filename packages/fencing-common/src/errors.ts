@@ -31,7 +31,7 @@ export abstract class FencingError extends Error {
  *
  * @example
  * ```ts
- * try { await gate.run(pool, 'orders/42', token, write); }
+ * try { await gate.runFenced(pool, 'orders/42', token, write); }
  * catch (e) { if (isDLockError(e) && e.code === 'STALE_FENCING_TOKEN') return; throw e; }
  * ```
  */

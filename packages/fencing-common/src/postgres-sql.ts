@@ -1,3 +1,5 @@
+import { errorProperty, type RetryableKind } from './gate-driver.js';
+
 /**
  * The PostgreSQL statements, shared by `@dlock/fencing-pg` and `@dlock/fencing-kysely` (PostgreSQL and PGlite) so
  * the two gates cannot drift apart. Parameters: `$1` resource, `$2` token as a decimal string.
@@ -39,6 +41,25 @@ WHERE f.last_token <= EXCLUDED.last_token
 RETURNING 1 AS accepted`,
     highWaterMark: `SELECT last_token::text AS last_token FROM ${name} WHERE resource = $1`,
   });
+}
+
+/**
+ * Bounds every lock wait for the rest of the transaction. `ms` must already be a checked integer
+ * (`parseLockTimeoutMs`): `SET` takes no bind parameters, so the value is part of the text.
+ */
+export function postgresLockTimeout(ms: number): string {
+  return `SET LOCAL lock_timeout = ${ms}`;
+}
+
+/**
+ * Which SQLSTATEs a retry of the whole transaction can cure: 40001 serialization failure and 40P01 deadlock abort
+ * the transaction (`'conflict'`); 55P03 is a `lock_timeout` that ran out (`'busy'`).
+ */
+export function classifyPostgresError(error: unknown): RetryableKind {
+  const code = errorProperty(error, 'code');
+  if (code === '40001' || code === '40P01') return 'conflict';
+  if (code === '55P03') return 'busy';
+  return undefined;
 }
 
 /**

@@ -19,13 +19,13 @@ export interface FenceRetryOptions {
  * Runs `attempt` again when it fails with a retryable fencing error ({@link FenceConflictError} or
  * {@link FenceBusyError}), with full-jitter exponential backoff, at most `maxAttempts` times.
  *
- * Pass the whole transaction (for example `() => gate.run(...)`), never just the gate statement: after a
+ * Pass the whole transaction (for example `() => gate.runFenced(...)`), never just the gate statement: after a
  * serialization failure the database has aborted the transaction, so only a fresh one can succeed. Every other
  * error, a stale token included, is rethrown at once.
  *
  * @example
  * ```ts
- * await withFenceRetry(() => gate.run(pool, 'orders/42', lock.fencingToken, write, { isolationLevel: 'serializable' }));
+ * await withFenceRetry(() => gate.runFenced(pool, 'orders/42', lock.fencingToken, write, { isolationLevel: 'serializable' }));
  * ```
  */
 export async function withFenceRetry<T>(

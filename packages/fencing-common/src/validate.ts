@@ -1,4 +1,5 @@
 import { InvalidArgumentError } from './errors.js';
+import type { Fence } from './gate-driver.js';
 
 /** What callers may pass as a token. Whatever the form, it is stored and compared as a 64-bit signed integer. */
 export type FencingTokenInput = bigint | number | string;
@@ -69,6 +70,16 @@ export function assertResource(resource: unknown, field = 'resource'): string {
     throw new InvalidArgumentError(field, `must be at most ${MAX_RESOURCE_BYTES} UTF-8 bytes (got ${bytes})`);
   }
   return resource;
+}
+
+/** Checks a resource and a token together, in that order, as every gate call takes them. */
+export function parseFence(resource: unknown, token: unknown): Fence {
+  return { resource: assertResource(resource), token: parseFencingToken(token) };
+}
+
+/** Checks that a gate was given a callback to run; throws {@link InvalidArgumentError} otherwise. */
+export function assertCallback(fn: unknown, field = 'fn'): void {
+  if (typeof fn !== 'function') throw new InvalidArgumentError(field, 'must be a function');
 }
 
 // A conservative identifier grammar that is valid unquoted and quoted on PostgreSQL, MySQL and SQLite, and fits

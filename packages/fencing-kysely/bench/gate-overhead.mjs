@@ -11,7 +11,7 @@ import SqliteDatabase from 'better-sqlite3';
 import { CompiledQuery, Kysely, MysqlDialect, PGliteDialect, PostgresDialect, SqliteDialect } from 'kysely';
 import { createPool } from 'mysql2';
 import pg from 'pg';
-import { ensureFencingTable, fenced, fencingMigration } from '../dist/index.js';
+import { ensureFencingTable, fencingMigration, runFenced } from '../dist/index.js';
 
 const n = Number(process.env.BENCH_N ?? 2000);
 const wanted = (process.env.BENCH_DIALECTS ?? 'postgres,mariadb,sqlite,pglite').split(',');
@@ -62,14 +62,14 @@ for (const name of wanted) {
   const write = (trx, i) => trx.executeQuery(CompiledQuery.raw(setup.insert, [i]));
   let token = 0n;
   const plain = (i) => db.transaction().execute((trx) => write(trx, i));
-  const gated = (i) => fenced(db, 'bench', ++token, (trx) => write(trx, i), options);
+  const gated = (i) => runFenced(db, 'bench', ++token, (trx) => write(trx, i), options);
   try {
     await db.executeQuery(CompiledQuery.raw(setup.create));
     await ensureFencingTable(db, options);
     const { baseline: p, variant: g } = await compareAlternating(plain, gated, n);
     console.log(`${name}${setup.note ? ` (${setup.note})` : ''}`);
     console.log(`  ${formatRow('plain transaction', p, 20)}`);
-    console.log(`  ${formatRow('fenced()', g, 20)}`);
+    console.log(`  ${formatRow('runFenced()', g, 20)}`);
     console.log(`  ${formatOverhead(p, g)}`);
   } finally {
     await db.executeQuery(CompiledQuery.raw(`DROP TABLE IF EXISTS ${data}`));

@@ -10,6 +10,7 @@ export {
   type FencingErrorCode,
   type FencingTokenInput,
   InvalidArgumentError,
+  type IsolationLevel,
   isDLockError,
   MAX_FENCING_TOKEN,
   MAX_RESOURCE_BYTES,
@@ -18,13 +19,13 @@ export {
   withFenceRetry,
 } from '@dlock/fencing-common';
 export type { FencingDialectName, FencingDialectSql } from './dialect/dialect.js';
+export { checkFence, fenced, highWaterMark, runFenced } from './gate.js';
 export {
+  type CheckFenceOptions,
   DEFAULT_FENCING_TABLE,
   type FencedIsolationLevel,
   type FencedOptions,
   type FencingTableOptions,
-  fenced,
   fencingSql,
-  highWaterMark,
-} from './gate.js';
+} from './options.js';
 export { ensureFencingTable, type FencingTable, fencingMigration } from './schema.js';

@@ -1,6 +1,6 @@
 import { createTableRacingOthers, rejectUnknownKeys } from '@dlock/fencing-common';
 import { CompiledQuery, type Kysely } from 'kysely';
-import { detectDialect, FENCING_OPTION_KEYS, type FencingTableOptions, fencingSql } from './gate.js';
+import { detectDialect, FENCING_OPTION_KEYS, type FencingTableOptions, fencingSql } from './options.js';
 
 /**
  * A row of the fence table, to add to your `Database` interface if you query it yourself. Read marks with

@@ -41,6 +41,8 @@ export interface TestDb {
   /** Queries Kysely sent since the last `resetQueryCount()`; proves bad input never reaches the database. */
   queryCount(): number;
   resetQueryCount(): void;
+  /** The SQL text of every query counted by `queryCount()`, in order; cleared with it. */
+  queries(): readonly string[];
   /** Checked-out pool connections, where the driver's pool reports it (pg); undefined elsewhere. */
   checkedOut(): number | undefined;
   close(): Promise<void>;
@@ -61,14 +63,20 @@ export interface OpenOptions {
 /** Opens a Kysely instance of the given kind. Each SQLite instance without `sqliteFile` gets a fresh temp dir. */
 export async function openTestDb(kind: TestDbKind, options: OpenOptions = {}): Promise<TestDb> {
   let count = 0;
+  let texts: string[] = [];
   const log = (event: LogEvent) => {
-    if (event.level === 'query' || event.level === 'error') count++;
+    if (event.level === 'query' || event.level === 'error') {
+      count++;
+      texts.push(event.query.sql);
+    }
   };
   const counters = {
     queryCount: () => count,
     resetQueryCount: () => {
       count = 0;
+      texts = [];
     },
+    queries: () => texts,
   };
   const connections = options.connections ?? 5;
   switch (kind) {

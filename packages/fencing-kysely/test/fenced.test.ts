@@ -2,6 +2,7 @@ import type { Kysely } from 'kysely';
 import { Migrator } from 'kysely/migration';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
+  checkFence,
   ensureFencingTable,
   type FencedOptions,
   fenced,
@@ -10,6 +11,7 @@ import {
   highWaterMark,
   InvalidArgumentError,
   MAX_FENCING_TOKEN,
+  runFenced,
   StaleFencingTokenError,
 } from '../src/index.js';
 import {
@@ -21,6 +23,7 @@ import {
   type TestDb,
   uniqueName,
 } from './databases.js';
+import { verbScript } from './verb-script.js';
 
 describe.each(ALL_KINDS)('fenced() on %s', (kind) => {
   const table = uniqueName('fence');
@@ -309,6 +312,83 @@ describe.each(ALL_KINDS)('fenced() on %s', (kind) => {
     await fencingMigration(other).down(db); // and down is idempotent too
     await expect(run(db, fencingSql(t.dialect, other).highWaterMark, ['m'])).rejects.toBeTruthy();
     for (const name of bookkeeping) await db.schema.dropTable(name).ifExists().execute();
+  });
+
+  // The verbs both gates share. Added beside the tests above so they reuse this database: another PGlite start
+  // per file costs seconds on a loaded machine.
+  describe('runFenced and checkFence', () => {
+    it('fence exactly like fenced(), which stays as a deprecated alias: same outcomes, same SQL', async () => {
+      const context = { t, options, writes };
+      const modern = await verbScript(context, 'runFenced/checkFence');
+      const deprecated = await verbScript(context, 'fenced (deprecated)');
+      expect(deprecated).toEqual(modern);
+
+      const outcomes = modern.map((step) => step.outcome);
+      expect(outcomes.slice(0, 2)).toEqual([{ value: 'wrote' }, { value: 'wrote' }]);
+      expect(outcomes[2]).toMatchObject({ code: 'STALE_FENCING_TOKEN', token: 4n, highWaterMark: 5n });
+      expect(outcomes[3]).toMatchObject({ error: 'Error', message: 'app failure' });
+      expect(outcomes[4]).toEqual({ value: 'wrote' });
+      expect(outcomes[5]).toMatchObject({ code: 'INVALID_ARGUMENT', field: 'options.lockTimeoutMS' });
+      expect(outcomes[6]).toMatchObject({ code: 'INVALID_ARGUMENT', field: 'fn' });
+      expect(outcomes[7]).toEqual({ value: 'wrote' });
+      expect(outcomes[8]).toMatchObject({ code: 'STALE_FENCING_TOKEN', token: 8n, highWaterMark: 9n });
+      expect(outcomes[9]).toMatchObject({ code: 'INVALID_ARGUMENT', field: 'options.isolationLevel' });
+      expect(outcomes[10]).toEqual({ value: 9n });
+      expect(outcomes[11]).toEqual({ value: [5n, 5n, 7n, 9n] });
+      // Refused input reaches no database.
+      expect(modern[5]?.sql).toEqual([]);
+      expect(modern[6]?.sql).toEqual([]);
+    });
+
+    it('runFenced refuses a Transaction, which it could not commit, before any query', async () => {
+      const r = fresh();
+      await db.transaction().execute(async (trx) => {
+        t.resetQueryCount();
+        const error = await rejection(runFenced(trx, r, 1n, async () => undefined, options));
+        expect(error).toMatchObject({
+          code: 'INVALID_ARGUMENT',
+          field: 'db',
+          message: expect.stringContaining('checkFence()'),
+        });
+        expect(t.queryCount()).toBe(0);
+      });
+      expect(await highWaterMark(db, r, options)).toBeNull();
+    });
+
+    it('checkFence refuses a Kysely instance that is not a transaction, and bad input, before any query', async () => {
+      const r = fresh();
+      t.resetQueryCount();
+      expect(await rejection(checkFence(db as never, r, 1n, options))).toMatchObject({
+        code: 'INVALID_ARGUMENT',
+        field: 'trx',
+      });
+      expect(t.queryCount()).toBe(0);
+      await db.transaction().execute(async (trx) => {
+        t.resetQueryCount();
+        for (const [resource, token, field] of [
+          ['', 1n, 'resource'],
+          [r, 0n, 'token'],
+          [r, '1e3', 'token'],
+        ] as const) {
+          expect(await rejection(checkFence(trx, resource, token, options))).toMatchObject({ field });
+        }
+        expect(await rejection(checkFence(trx, r, 1n, { ...options, tabel: 'x' } as never))).toMatchObject({
+          field: 'options.tabel',
+        });
+        expect(t.queryCount()).toBe(0);
+      });
+      expect(await highWaterMark(db, r, options)).toBeNull();
+    });
+
+    it('checkFence fences a controlled transaction', async () => {
+      const r = fresh();
+      const trx = await db.startTransaction().execute();
+      await checkFence(trx, r, 3n, options);
+      await writes.insert(trx, r, 3n);
+      await trx.commit().execute();
+      expect(await highWaterMark(db, r, options)).toBe(3n);
+      expect(await writes.tokens(db, r)).toEqual([3n]);
+    });
   });
 });
 

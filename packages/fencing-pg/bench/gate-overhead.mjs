@@ -28,7 +28,7 @@ async function plain(i) {
 }
 
 let token = 0n;
-const gated = (i) => gate.run(pool, 'bench', ++token, (tx) => write(tx, i));
+const gated = (i) => gate.runFenced(pool, 'bench', ++token, (tx) => write(tx, i));
 
 try {
   await pool.query(`CREATE TABLE ${data} (id bigserial PRIMARY KEY, v int NOT NULL)`);

@@ -1,13 +1,19 @@
 import {
+  assertCallback,
   assertResource,
+  checkGate,
   createTableRacingOthers,
-  FenceBusyError,
-  FenceConflictError,
+  errorProperty,
+  type FenceCall,
   type FencingTokenInput,
   InvalidArgumentError,
-  parseFencingToken,
+  type IsolationLevel,
+  parseFence,
+  parseIsolationLevel,
+  parseLockTimeoutMs,
   rejectUnknownKeys,
-  StaleFencingTokenError,
+  runGate,
+  type TransactionDriver,
 } from '@dlock/fencing-common';
 import {
   isPool,
@@ -17,12 +23,12 @@ import {
   type PgPoolLike,
   type PgQueryable,
 } from './client-like.js';
+import { pgDriver, readMark } from './pg-driver.js';
 import { type FencingSql, type FencingTableOptions, fencingSql } from './sql.js';
 
-/** Isolation levels `run` can open its transaction with. All three are tested; READ COMMITTED is the default. */
-export type IsolationLevel = 'read committed' | 'repeatable read' | 'serializable';
+export type { IsolationLevel };
 
-/** Per-call options of {@link FencingGate.run}. */
+/** Per-call options of {@link FencingGate.runFenced}. */
 export interface RunOptions {
   /**
    * Default `'read committed'`, where the gate never raises a serialization failure. Under `'repeatable read'` and
@@ -39,16 +45,14 @@ export interface RunOptions {
 }
 
 const RUN_OPTION_KEYS: readonly string[] = ['isolationLevel', 'lockTimeoutMs'];
-
-const ISOLATION_SQL: Record<IsolationLevel, string> = {
-  'read committed': 'READ COMMITTED',
-  'repeatable read': 'REPEATABLE READ',
-  serializable: 'SERIALIZABLE',
-};
+const FAILED_TRANSACTION = 'is inside a failed transaction; roll it back';
 
 /**
  * A fencing-token gate on PostgreSQL: inside the transaction that performs a protected write, it refuses tokens
  * lower than the highest one already seen for the resource, and raises that high-water mark otherwise.
+ *
+ * Two verbs, the same in `@dlock/fencing-kysely`: {@link runFenced} opens the transaction and runs your callback
+ * behind the gate; {@link checkFence} is the gate alone, inside a transaction you opened.
  *
  * @example
  * ```ts
@@ -58,7 +62,7 @@ const ISOLATION_SQL: Record<IsolationLevel, string> = {
  * const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL });
  * const gate = new FencingGate();           // table "dlock_fencing"
  * await gate.ensureSchema(pool);            // once, at deploy time
- * await gate.run(pool, 'orders/42', lock.fencingToken, (tx) =>
+ * await gate.runFenced(pool, 'orders/42', lock.fencingToken, (tx) =>
  *   tx.query('UPDATE orders SET status = $1 WHERE id = 42', ['shipped']),
  * );
  * ```
@@ -66,6 +70,7 @@ const ISOLATION_SQL: Record<IsolationLevel, string> = {
 export class FencingGate {
   /** The statements this gate runs; `sql.createTable` is the migration text. */
   readonly sql: FencingSql;
+  readonly #driver: TransactionDriver<PgQueryable, PgClientLike>;
 
   /**
    * Throws {@link InvalidArgumentError} for a table or schema name outside `[A-Za-z_][A-Za-z0-9_]{0,62}`, and for
@@ -73,6 +78,7 @@ export class FencingGate {
    */
   constructor(options: FencingTableOptions = {}) {
     this.sql = fencingSql(options);
+    this.#driver = pgDriver(this.sql);
     Object.freeze(this);
   }
 
@@ -91,7 +97,7 @@ export class FencingGate {
    *
    * With a pool, a client is checked out and always released; if ROLLBACK fails the client is released with the
    * error so the pool destroys it rather than handing out a broken connection. With a client, it must be idle
-   * (not inside BEGIN): use {@link check} inside your own transaction instead.
+   * (not inside BEGIN): use {@link checkFence} inside your own transaction instead.
    *
    * `fn` receives the client that holds the transaction; run every protected query on it, not on the pool.
    * Annotate its parameter (`(tx: PoolClient) => …`) to get pg's full client type with a pool.
@@ -102,55 +108,28 @@ export class FencingGate {
    * @throws {InvalidArgumentError} bad resource, token or options (an unknown key included), before any SQL; or a
    *   client already in a transaction.
    */
-  run<T, C extends PgPoolClientLike = PgPoolClientLike>(
+  runFenced<T, C extends PgPoolClientLike = PgPoolClientLike>(
     db: PgPoolLike,
     resource: string,
     token: FencingTokenInput,
     fn: (tx: C) => Promise<T>,
     options?: RunOptions,
   ): Promise<T>;
-  run<C extends PgClientLike, T>(
+  runFenced<C extends PgClientLike, T>(
     db: C & NotAPool,
     resource: string,
     token: FencingTokenInput,
     fn: (tx: C) => Promise<T>,
     options?: RunOptions,
   ): Promise<T>;
-  async run<T>(
+  runFenced<T>(
     db: PgQueryable,
     resource: string,
     token: FencingTokenInput,
     fn: (tx: PgClientLike) => Promise<T>,
-    options: RunOptions = {},
+    options?: RunOptions,
   ): Promise<T> {
-    rejectUnknownKeys(options, 'options', RUN_OPTION_KEYS);
-    const fence = { resource: assertResource(resource), token: parseFencingToken(token) };
-    const begin = beginStatement(options);
-    if (typeof fn !== 'function') throw new InvalidArgumentError('fn', 'must be a function');
-    if (!isPool(db)) {
-      const status = db.getTransactionStatus?.();
-      if (status === 'T' || status === 'E') {
-        // Our BEGIN would only warn and our COMMIT would end the caller's transaction early.
-        throw new InvalidArgumentError(
-          'db',
-          'is already inside a transaction; call check() within it instead',
-        );
-      }
-      return this.#transaction(db, fence, begin, fn).then(unwrap);
-    }
-    const client = await db.connect();
-    // A backend that dies while we hold its client makes pg emit 'error', which would crash the process with
-    // no listener attached; the same failure already reaches us as a rejected query, so the event can be dropped.
-    const ignore = () => {};
-    client.on?.('error', ignore);
-    let outcome: Outcome<T> | undefined;
-    try {
-      outcome = await this.#transaction(client, fence, begin, fn);
-      return unwrap(outcome);
-    } finally {
-      client.removeListener?.('error', ignore);
-      client.release(outcome?.broken);
-    }
+    return this.#runFenced(db, resource, token, fn, options);
   }
 
   /**
@@ -164,121 +143,98 @@ export class FencingGate {
    * ```ts
    * await client.query('BEGIN');
    * try {
-   *   await gate.check(client, 'orders/42', lock.fencingToken);
+   *   await gate.checkFence(client, 'orders/42', lock.fencingToken);
    *   await client.query('UPDATE orders SET status = $1 WHERE id = 42', ['shipped']);
    *   await client.query('COMMIT');
    * } catch (e) { await client.query('ROLLBACK'); throw e; }
    * ```
    */
-  async check(tx: PgClientLike & NotAPool, resource: string, token: FencingTokenInput): Promise<void> {
-    const fence = { resource: assertResource(resource), token: parseFencingToken(token) };
+  async checkFence(tx: PgClientLike & NotAPool, resource: string, token: FencingTokenInput): Promise<void> {
+    const fence = parseFence(resource, token);
     if (isPool(tx)) {
       throw new InvalidArgumentError('tx', 'must be a client checked out of the pool, not the pool itself');
     }
     const status = tx.getTransactionStatus?.();
     if (status === 'I') throw new InvalidArgumentError('tx', 'is not inside a transaction; run BEGIN first');
-    if (status === 'E') throw new InvalidArgumentError('tx', 'is inside a failed transaction; roll it back');
+    if (status === 'E') throw new InvalidArgumentError('tx', FAILED_TRANSACTION);
     try {
-      await this.#guard(tx, fence);
+      await checkGate(this.#driver, tx, fence);
     } catch (error) {
-      throw classify(error, fence.resource, true);
+      // pg rejects a failed statement before it reads the server's next status message, so right after a failure
+      // getTransactionStatus() can still say 'T'. The guard, our first statement, then meets 25P02: the same misuse.
+      if (errorProperty(error, 'code') === '25P02') throw new InvalidArgumentError('tx', FAILED_TRANSACTION);
+      throw error;
     }
+  }
+
+  /**
+   * @deprecated Use {@link runFenced}, the name `@dlock/fencing-kysely` shares; `run` is the same call and stays
+   * until 1.0.
+   */
+  run<T, C extends PgPoolClientLike = PgPoolClientLike>(
+    db: PgPoolLike,
+    resource: string,
+    token: FencingTokenInput,
+    fn: (tx: C) => Promise<T>,
+    options?: RunOptions,
+  ): Promise<T>;
+  /** @deprecated Use {@link runFenced}; `run` is the same call and stays until 1.0. */
+  run<C extends PgClientLike, T>(
+    db: C & NotAPool,
+    resource: string,
+    token: FencingTokenInput,
+    fn: (tx: C) => Promise<T>,
+    options?: RunOptions,
+  ): Promise<T>;
+  run<T>(
+    db: PgQueryable,
+    resource: string,
+    token: FencingTokenInput,
+    fn: (tx: PgClientLike) => Promise<T>,
+    options?: RunOptions,
+  ): Promise<T> {
+    return this.#runFenced(db, resource, token, fn, options);
+  }
+
+  /**
+   * @deprecated Use {@link checkFence}, the name `@dlock/fencing-kysely` shares; `check` is the same call and stays
+   * until 1.0.
+   */
+  check(tx: PgClientLike & NotAPool, resource: string, token: FencingTokenInput): Promise<void> {
+    return this.checkFence(tx, resource, token);
   }
 
   /** The stored mark for `resource`, or `null` if no token was ever accepted for it. A read, not a fence. */
   async highWaterMark(db: PgQueryable, resource: string): Promise<bigint | null> {
-    const result = await db.query(this.sql.highWaterMark, [assertResource(resource)]);
-    const row = result.rows[0] as { last_token: string } | undefined;
-    return row === undefined ? null : BigInt(row.last_token);
+    return readMark(db, this.sql.highWaterMark, assertResource(resource));
   }
 
-  async #guard(client: PgClientLike, fence: Fence): Promise<void> {
-    const accepted = await client.query(this.sql.guard, [fence.resource, fence.token.toString()]);
-    if (accepted.rows.length === 1) return;
-    // Zero rows: the row exists, is locked by this transaction and holds a larger token, so this read is stable.
-    const mark = await this.highWaterMark(client, fence.resource);
-    if (mark === null) throw new Error(`fence row for "${fence.resource}" vanished while locked`);
-    throw new StaleFencingTokenError(fence.resource, fence.token, mark);
-  }
-
-  async #transaction<T>(
-    client: PgClientLike,
-    fence: Fence,
-    begin: string,
+  async #runFenced<T>(
+    db: PgQueryable,
+    resource: string,
+    token: FencingTokenInput,
     fn: (tx: PgClientLike) => Promise<T>,
-  ): Promise<Outcome<T>> {
-    let inGuard = true;
-    try {
-      await client.query(begin);
-      await this.#guard(client, fence);
-      inGuard = false;
-      const value = await fn(client);
-      const commit = await client.query('COMMIT');
-      // PostgreSQL answers COMMIT of a failed transaction with a ROLLBACK tag and no error, which is what
-      // happens when `fn` catches a query error and returns normally. Reporting success would be a lie.
-      if (commit.command === 'ROLLBACK') {
-        return {
-          ok: false,
-          error: new Error(
-            `transaction fenced on "${fence.resource}" was rolled back: a statement in the callback failed`,
-          ),
-        };
+    options: RunOptions = {},
+  ): Promise<T> {
+    rejectUnknownKeys(options, 'options', RUN_OPTION_KEYS);
+    const fence = parseFence(resource, token);
+    const call: FenceCall = {
+      resource: fence.resource,
+      token: fence.token,
+      isolationLevel: parseIsolationLevel(options.isolationLevel),
+      lockTimeoutMs: parseLockTimeoutMs(options.lockTimeoutMs),
+    };
+    assertCallback(fn);
+    if (!isPool(db)) {
+      const status = db.getTransactionStatus?.();
+      if (status === 'T' || status === 'E') {
+        // Our BEGIN would only warn and our COMMIT would end the caller's transaction early.
+        throw new InvalidArgumentError(
+          'db',
+          'is already inside a transaction; call checkFence() within it instead',
+        );
       }
-      return { ok: true, value };
-    } catch (error) {
-      let broken: Error | undefined;
-      try {
-        await client.query('ROLLBACK');
-      } catch (rollbackError) {
-        broken = rollbackError instanceof Error ? rollbackError : new Error(String(rollbackError));
-      }
-      return { ok: false, error: classify(error, fence.resource, inGuard), broken };
     }
+    return runGate(this.#driver, db, call, fn);
   }
-}
-
-interface Fence {
-  readonly resource: string;
-  readonly token: bigint;
-}
-
-type Outcome<T> =
-  | { readonly ok: true; readonly value: T; readonly broken?: undefined }
-  | { readonly ok: false; readonly error: unknown; readonly broken?: Error | undefined };
-
-function unwrap<T>(outcome: Outcome<T>): T {
-  if (outcome.ok) return outcome.value;
-  throw outcome.error;
-}
-
-function beginStatement(options: RunOptions): string {
-  const level = options.isolationLevel ?? 'read committed';
-  const isolation = ISOLATION_SQL[level];
-  if (!Object.hasOwn(ISOLATION_SQL, level) || isolation === undefined) {
-    throw new InvalidArgumentError(
-      'options.isolationLevel',
-      `must be one of ${Object.keys(ISOLATION_SQL).join(', ')}`,
-    );
-  }
-  const timeout = options.lockTimeoutMs;
-  if (timeout === undefined) return `BEGIN ISOLATION LEVEL ${isolation}`;
-  if (!Number.isSafeInteger(timeout) || timeout < 1 || timeout > 2_147_483_647) {
-    throw new InvalidArgumentError('options.lockTimeoutMs', 'must be an integer in 1..2147483647');
-  }
-  // One simple-protocol round trip carries both statements; the value is a validated integer, not user text.
-  return `BEGIN ISOLATION LEVEL ${isolation}; SET LOCAL lock_timeout = ${timeout}`;
-}
-
-/** Maps the SQLSTATEs a retry can cure to the retryable fencing errors; anything else passes through. */
-function classify(error: unknown, resource: string, inGuard: boolean): unknown {
-  const code = sqlState(error);
-  if (code === '40001' || code === '40P01') return new FenceConflictError(resource, error);
-  if (code === '55P03' && inGuard) return new FenceBusyError(resource, error);
-  return error;
-}
-
-function sqlState(error: unknown): string | undefined {
-  if (typeof error !== 'object' || error === null) return undefined;
-  const code = (error as { code?: unknown }).code;
-  return typeof code === 'string' ? code : undefined;
 }

@@ -1,3 +1,5 @@
+import type { GuardVerdict, RetryableKind } from '@dlock/fencing-common';
+
 /** Names of the SQL dialects the gate speaks. PGlite and other PostgreSQL drivers use `'postgres'`. */
 export type FencingDialectName = 'postgres' | 'mysql' | 'sqlite';
 
@@ -20,22 +22,17 @@ export interface FencingDialectSql {
   readonly lockedHighWaterMark: string;
 }
 
-/** How a dialect's guard result reads: accepted for sure, or "read the locked mark to decide". */
-export type GuardVerdict = 'accepted' | 'read-mark';
-
-/** What a retry can cure, judged from a driver error. */
-export type RetryableKind = 'conflict' | 'busy' | undefined;
-
-/** One SQL dialect's part of the gate. Each lives in its own file with the same shape. */
+/**
+ * One SQL dialect's part of the gate: what to say and how to read the answers. How to send it is the driver's
+ * (`kysely-driver.ts`). Each dialect lives in its own file with the same shape.
+ */
 export interface FencingDialect {
   readonly name: FencingDialectName;
   /** `schema` and `table` are already validated identifiers. */
   sql(table: string, schema: string | undefined): FencingDialectSql;
-  /** Interprets the guard statement's result; see {@link GuardVerdict}. */
+  /** Interprets the guard statement's result; see `GuardVerdict`. */
   verdict(result: { readonly rows: readonly unknown[]; readonly numAffectedRows?: bigint }): GuardVerdict;
   classify(error: unknown): RetryableKind;
-}
-
-export function errorProperty(error: unknown, key: 'code' | 'errno'): unknown {
-  return typeof error === 'object' && error !== null ? (error as Record<string, unknown>)[key] : undefined;
+  /** The statement that bounds lock waits for the rest of the transaction; absent where there is none. */
+  lockTimeout?(ms: number): string;
 }

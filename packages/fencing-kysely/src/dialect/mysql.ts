@@ -1,4 +1,5 @@
-import { errorProperty, type FencingDialect } from './dialect.js';
+import { errorProperty } from '@dlock/fencing-common';
+import type { FencingDialect } from './dialect.js';
 
 const quote = (identifier: string) => `\`${identifier.replaceAll('`', '``')}\``;
 

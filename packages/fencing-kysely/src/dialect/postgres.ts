@@ -1,5 +1,5 @@
-import { postgresFencingStatements } from '@dlock/fencing-common';
-import { errorProperty, type FencingDialect } from './dialect.js';
+import { classifyPostgresError, postgresFencingStatements, postgresLockTimeout } from '@dlock/fencing-common';
+import type { FencingDialect } from './dialect.js';
 
 /** PostgreSQL 9.5+ (tested on 15) and PGlite: the same statements as `@dlock/fencing-pg`. */
 const dialect: FencingDialect = {
@@ -15,12 +15,8 @@ const dialect: FencingDialect = {
     });
   },
   verdict: (result) => (result.rows.length === 1 ? 'accepted' : 'read-mark'),
-  classify(error) {
-    const code = errorProperty(error, 'code');
-    if (code === '40001' || code === '40P01') return 'conflict';
-    if (code === '55P03') return 'busy';
-    return undefined;
-  },
+  classify: classifyPostgresError,
+  lockTimeout: postgresLockTimeout,
 };
 
 export const postgresDialect = Object.freeze(dialect);

@@ -1,5 +1,5 @@
-import { quoteIdentifier as quote } from '@dlock/fencing-common';
-import { errorProperty, type FencingDialect } from './dialect.js';
+import { errorProperty, quoteIdentifier as quote } from '@dlock/fencing-common';
+import type { FencingDialect } from './dialect.js';
 
 /**
  * SQLite 3.35+ (RETURNING; tested with better-sqlite3 12, SQLite 3.51). SQLite has one writer per database

@@ -1,0 +1,170 @@
+import {
+  assertIdentifier,
+  type Fence,
+  type FenceCall,
+  InvalidArgumentError,
+  type IsolationLevel,
+  parseFence,
+  parseIsolationLevel,
+  parseLockTimeoutMs,
+  rejectUnknownKeys,
+} from '@dlock/fencing-common';
+import { type Kysely, MysqlAdapter, PostgresAdapter, SqliteAdapter } from 'kysely';
+import type { FencingDialect, FencingDialectName } from './dialect/dialect.js';
+import { mysqlDialect } from './dialect/mysql.js';
+import { postgresDialect } from './dialect/postgres.js';
+import { sqliteDialect } from './dialect/sqlite.js';
+import type { Gate } from './kysely-driver.js';
+
+/** Default table name, shared with `@dlock/fencing-pg`. */
+export const DEFAULT_FENCING_TABLE = 'dlock_fencing';
+
+const DIALECTS: Readonly<Record<FencingDialectName, FencingDialect>> = Object.freeze({
+  postgres: postgresDialect,
+  mysql: mysqlDialect,
+  sqlite: sqliteDialect,
+});
+
+/** Where the marks live, and which SQL to speak. */
+export interface FencingTableOptions {
+  /** Table name; default `dlock_fencing`. Must match `[A-Za-z_][A-Za-z0-9_]{0,62}`; always quoted. */
+  readonly table?: string;
+  /** Schema (PostgreSQL), database (MySQL) or attached database (SQLite) holding the table. Not created. */
+  readonly schema?: string;
+  /**
+   * Which SQL to speak. Default: detected from the Kysely instance's adapter (PostgreSQL, PGlite, MySQL,
+   * MariaDB, SQLite and third-party dialects built on those adapters). Set it when detection fails, e.g. with a
+   * second installed copy of kysely.
+   */
+  readonly dialect?: FencingDialectName;
+}
+
+/** Isolation levels `runFenced` can open its transaction with. */
+export type FencedIsolationLevel = IsolationLevel;
+
+/** Options of `runFenced` (and of the deprecated `fenced`). */
+export interface FencedOptions extends FencingTableOptions {
+  /**
+   * Only when the gate opens the transaction. PostgreSQL and MySQL: any of the three (default: the server's);
+   * under `'repeatable read'` and `'serializable'` concurrent writers can abort with `FenceConflictError`.
+   * SQLite is always serializable and accepts only `'serializable'` here.
+   */
+  readonly isolationLevel?: FencedIsolationLevel;
+  /**
+   * PostgreSQL only: bound, in ms, on lock waits for the rest of the transaction (`SET LOCAL lock_timeout`, one
+   * extra statement). The gate's own wait running out throws `FenceBusyError`. On MySQL the bound is
+   * `innodb_lock_wait_timeout`; on SQLite the driver's busy timeout.
+   */
+  readonly lockTimeoutMs?: number;
+}
+
+/** Options of `checkFence`: the transaction is yours, so its isolation level is too. */
+export type CheckFenceOptions = Omit<FencedOptions, 'isolationLevel'>;
+
+/**
+ * Every key a call of this package reads. Each call accepts all of them, so one {@link FencedOptions} object can be
+ * shared by `runFenced`, `checkFence`, `highWaterMark`, `ensureFencingTable`, `fencingMigration` and `fencingSql`
+ * (TypeScript lets it through where the narrower type is declared); the keys a call has no use for change nothing
+ * there. Any other key is a typo and is refused.
+ */
+export const FENCING_OPTION_KEYS: readonly string[] = Object.freeze([
+  'table',
+  'schema',
+  'dialect',
+  'isolationLevel',
+  'lockTimeoutMs',
+]);
+
+// SQL text per (dialect, schema, table), built once: the gate is on the write hot path.
+const gates = new Map<string, Gate>();
+
+/** Refuses an unknown option key, then checks the resource and the token: the first checks of every gate call. */
+export function parseFenceInput(options: unknown, resource: unknown, token: unknown): Fence {
+  rejectUnknownKeys(options, 'options', FENCING_OPTION_KEYS);
+  return parseFence(resource, token);
+}
+
+/** Resolves table and dialect, and checks the transaction settings against what the dialect can do. */
+export function resolveCall<DB>(
+  db: Kysely<DB>,
+  fence: Fence,
+  options: FencedOptions,
+): { gate: Gate; call: FenceCall } {
+  const gate = resolveGate(db, options);
+  const { dialect } = gate;
+  if (options.lockTimeoutMs !== undefined && dialect.lockTimeout === undefined) {
+    throw new InvalidArgumentError(
+      'options.lockTimeoutMs',
+      `is supported on postgres only, not ${dialect.name}`,
+    );
+  }
+  const lockTimeoutMs = parseLockTimeoutMs(options.lockTimeoutMs);
+  const isolationLevel = parseIsolationLevel(options.isolationLevel);
+  if (dialect.name === 'sqlite' && isolationLevel !== undefined && isolationLevel !== 'serializable') {
+    throw new InvalidArgumentError(
+      'options.isolationLevel',
+      'must be serializable on SQLite (it has no other)',
+    );
+  }
+  // Spelt out: an object spread here costs microseconds per call (measured), which SQLite's writes would feel.
+  const call: FenceCall = { resource: fence.resource, token: fence.token, isolationLevel, lockTimeoutMs };
+  return { gate, call };
+}
+
+export function resolveGate<DB>(db: Kysely<DB>, options: FencingTableOptions): Gate {
+  const { table, schema } = tableLocation(options);
+  const name = options.dialect ?? detectDialect(db);
+  const dialect = dialectNamed(name, 'options.dialect');
+  const key = `${name}\u0000${schema ?? ''}\u0000${table}`;
+  let gate = gates.get(key);
+  if (gate === undefined) {
+    gate = Object.freeze({ dialect, sql: dialect.sql(table, schema) });
+    gates.set(key, gate);
+  }
+  return gate;
+}
+
+function dialectNamed(name: FencingDialectName, field: string): FencingDialect {
+  const dialect = DIALECTS[name];
+  if (!Object.hasOwn(DIALECTS, name) || dialect === undefined) {
+    throw new InvalidArgumentError(field, `must be one of ${Object.keys(DIALECTS).join(', ')}`);
+  }
+  return dialect;
+}
+
+function tableLocation(options: Omit<FencingTableOptions, 'dialect'>): { table: string; schema?: string } {
+  const table = assertIdentifier(options.table ?? DEFAULT_FENCING_TABLE, 'options.table');
+  return options.schema === undefined
+    ? { table }
+    : { table, schema: assertIdentifier(options.schema, 'options.schema') };
+}
+
+/** The dialect behind a Kysely instance, from its adapter. */
+export function detectDialect<DB>(db: Kysely<DB>): FencingDialectName {
+  // getExecutor() is marked internal in Kysely's docs but is public API in its typings; instanceof works
+  // because kysely is a peer dependency, so the user's adapters are built from the classes we import.
+  const adapter = db.getExecutor().adapter;
+  if (adapter instanceof PostgresAdapter) return 'postgres';
+  if (adapter instanceof MysqlAdapter) return 'mysql';
+  if (adapter instanceof SqliteAdapter) return 'sqlite';
+  throw new InvalidArgumentError('db', 'uses a dialect the gate cannot detect; set options.dialect');
+}
+
+/**
+ * The SQL the gate runs on one dialect, for your own migrations or review. `options` may be a whole
+ * {@link FencedOptions} object; its `dialect`, if set, must agree with the `dialect` argument.
+ *
+ * @example
+ * ```ts
+ * console.log(fencingSql('mysql').createTable);
+ * ```
+ */
+export function fencingSql(dialect: FencingDialectName, options: Omit<FencingTableOptions, 'dialect'> = {}) {
+  rejectUnknownKeys(options, 'options', FENCING_OPTION_KEYS);
+  const told = (options as FencingTableOptions).dialect;
+  if (told !== undefined && told !== dialect) {
+    throw new InvalidArgumentError('options.dialect', `conflicts with the dialect argument "${dialect}"`);
+  }
+  const { table, schema } = tableLocation(options);
+  return dialectNamed(dialect, 'dialect').sql(table, schema);
+}
