@@ -157,6 +157,8 @@ describe('acquireInQueue: the one queue algorithm', () => {
     await clock.advance(1);
     expect(waiting.value).toEqual({ acquired: false });
     expect(driver.queues.get('a')).toHaveLength(1);
+    // The wait ran out at the deadline: leaving needs no re-read first.
+    expect(driver.calls.check).toBe(0);
   });
 
   it('an abort rejects with its reason and removes the claim', async () => {

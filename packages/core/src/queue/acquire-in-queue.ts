@@ -35,11 +35,12 @@ export async function acquireInQueue<C, W>(
 ): Promise<AcquireResult> {
   const { clock } = tools;
   const { signal } = request;
-  const deadline = clock.monotonic() + request.waitMs;
+  const startedAt = clock.monotonic();
+  const deadline = startedAt + request.waitMs;
   const queue = request.waitMs > 0;
   for (let restart = 0; ; restart++) {
     if (signal.aborted) throw signal.reason;
-    const claim = driver.claim(request);
+    const claim = driver.claim(request, { startedAt });
     let standing: Standing<W>;
     try {
       standing = await driver.enqueue(claim, { queue });
@@ -58,8 +59,11 @@ export async function acquireInQueue<C, W>(
           if (standing.kind !== 'first') return notAcquired;
           break;
         }
-        standing =
-          (await driver.wait(claim, standing.wait, remaining, signal)) ?? (await driver.check(claim));
+        const noticed = await driver.wait(claim, standing.wait, remaining, signal);
+        if (noticed) standing = noticed;
+        // A wait that only ran out at the deadline needs no re-read: the deadline branch leaves (or gives up
+        // atomically, which catches a last-moment hand-off) without one.
+        else if (deadline - clock.monotonic() > 0) standing = await driver.check(claim);
       }
       // Granted, but the caller may have gone meanwhile: then nobody would renew it, so give it back.
       if (standing.kind === 'first' && signal.aborted) throw signal.reason;

@@ -22,8 +22,12 @@ export type Standing<W> =
  * always remove it, whatever happens to the request that wrote it.
  */
 export interface QueueDriver<C, W> {
-  /** Names this attempt's claim without I/O (a random id, a slot): retried writes of it must be recognisable. */
-  claim(request: AcquireRequest): C;
+  /**
+   * Names this attempt's claim without I/O (a random id, a slot): retried writes of it must be recognisable.
+   * `startedAt` is when the acquire call began, on the tools' clock (the anchor for `Grant.queuedMs`); it is the same
+   * for every claim of one call, also after a restart.
+   */
+  claim(request: AcquireRequest, context: { readonly startedAt: number }): C;
   /**
    * Writes the claim, in one atomic operation that also takes the lock when nobody is ahead, and says where it
    * stands. With `queue: false` (a caller that does not wait) a driver may leave the claim out of the queue when
