@@ -1,7 +1,7 @@
 /**
  * Where locks live in the ZooKeeper tree:
  *
- *   <root>/<encoded lock name>/_c_<attempt id>-<sequence>
+ *   <keyPrefix>/<encoded lock name>/_c_<attempt id>-<sequence>
  *
  * The parent node of a lock is persistent (the 1.1.3 client cannot create container nodes); each contender adds an
  * ephemeral sequential child. The attempt id in the child's name is what lets a create retried after a connection
@@ -96,8 +96,8 @@ export function queueOrder(children: readonly string[]): string[] {
 const REJECTED = /[\u0000-\u001f\u007f-\u009f\ud800-\uf8ff\ufff0-\uffff]/;
 
 /**
- * Validates the `root` option: an absolute path of valid segments, not `/` itself and not inside ZooKeeper's own
- * `/zookeeper` subtree.
+ * Validates the `keyPrefix` option (the root node of the locks): an absolute path of valid segments, not `/` itself
+ * and not inside ZooKeeper's own `/zookeeper` subtree.
  */
 export function validRoot(root: string): boolean {
   if (!root.startsWith('/') || root === '/' || root.endsWith('/')) return false;

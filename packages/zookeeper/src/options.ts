@@ -5,9 +5,13 @@ import { validRoot } from './keys.js';
 
 export interface ZooKeeperLockServiceBaseOptions {
   /**
-   * The node under which every lock lives. Default `/dlock`. Keep it for locks: any of its children that stays empty
-   * and without data for `idleParentMs` is deleted as an abandoned lock parent.
+   * Where the locks live: a znode path such as `/dlock` (not a string prefix as in the other adapters: ZooKeeper
+   * keys are nodes of a tree, and each lock is a child node of this one). Absolute, not `/`, not under
+   * `/zookeeper`, no trailing `/`. Default `/dlock`. Keep it for locks: any of its children that stays empty and
+   * without data for `idleParentMs` is deleted as an abandoned lock parent.
    */
+  readonly keyPrefix?: string;
+  /** @deprecated Use `keyPrefix` (the same option under the name every adapter uses). Accepted until 1.0. */
   readonly root?: string;
   /**
    * Upper bound, in ms, on every single ZooKeeper request (node-zookeeper-client has none). Default: a third of
@@ -43,6 +47,7 @@ export interface ResolvedOptions {
   readonly client: ZooKeeperClientLike | undefined;
   readonly connectionString: string | undefined;
   readonly sessionTimeoutMs: number;
+  /** The node under which the locks live (`keyPrefix`, or its deprecated alias `root`). */
   readonly root: string;
   readonly requestTimeoutMs: number | undefined;
   readonly idleParentMs: number;
@@ -56,6 +61,7 @@ const KNOWN_KEYS = [
   'connectionString',
   'sessionTimeoutMs',
   'client',
+  'keyPrefix',
   'root',
   'requestTimeoutMs',
   'idleParentMs',
@@ -106,10 +112,16 @@ export function resolveOptions(options: unknown): ResolvedOptions {
       'must be a non-empty `host:port[,host:port…][/chroot]` string',
     );
   }
-  const root = o['root'] ?? '/dlock';
+  check(
+    o['keyPrefix'] === undefined || o['root'] === undefined,
+    'options.root',
+    'is the deprecated name of keyPrefix: give only keyPrefix',
+  );
+  const rootField = o['root'] !== undefined ? 'root' : 'keyPrefix';
+  const root = o[rootField] ?? '/dlock';
   check(
     typeof root === 'string' && validRoot(root),
-    'options.root',
+    `options.${rootField}`,
     'must be an absolute znode path such as "/dlock" (not "/", not under "/zookeeper", no trailing "/")',
   );
   const clock = o['clock'] ?? systemClock;
