@@ -1,10 +1,9 @@
 import { performance } from 'node:perf_hooks';
 import { LockClient } from '@dlock/core';
 import { EtcdLockService } from '@dlock/etcd';
-import { ETCD_ENDPOINT } from '@dlock/test-utils';
+import { ETCD_ENDPOINT, startTcpProxy, type TcpProxy } from '@dlock/test-utils';
 import { Etcd3 } from 'etcd3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type DelayProxy, startDelayProxy } from './delay-proxy.js';
 import { lockName, TEST_PREFIX } from './helpers.js';
 
 // etcd 600 ms away. A lock of a free name takes two round trips here (lease grant, then the write), and etcd's
@@ -14,11 +13,11 @@ import { lockName, TEST_PREFIX } from './helpers.js';
 const DELAY_MS = 300; // each way
 const TTL_MS = 2_000;
 
-let proxy: DelayProxy;
+let proxy: TcpProxy;
 let etcd: Etcd3;
 
 beforeAll(async () => {
-  proxy = await startDelayProxy({ targetPort: Number(new URL(ETCD_ENDPOINT).port), delayMs: DELAY_MS });
+  proxy = await startTcpProxy({ targetPort: Number(new URL(ETCD_ENDPOINT).port), delayMs: DELAY_MS });
   etcd = new Etcd3({ hosts: `http://127.0.0.1:${proxy.port}` });
   // The connection's own set-up takes round trips too: not part of what is measured.
   await etcd.get('dlock-test/warm-up').string();
