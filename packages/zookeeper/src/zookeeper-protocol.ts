@@ -27,10 +27,7 @@ import type { Sessions } from './zookeeper-sessions.js';
 /** One acquire attempt's place in a lock's queue: an ephemeral sequential node named with the attempt's id. */
 export interface Claim extends SessionNodes {
   readonly request: AcquireRequest;
-  /**
-   * When the claim was made (monotonic ms): no later than the send of any request of it, which is all a grant's
-   * `queuedMs` may count (a claim after a restart starts later than the call, which only shortens the window).
-   */
+  /** When the acquire call began (monotonic ms), also for a claim made after a restart: `queuedMs` counts from it. */
   readonly startedAt: number;
   /** 32 hex digits, part of the node name (protected mode). */
   readonly attemptId: string;
@@ -112,11 +109,11 @@ export class ZooKeeperProtocol implements QueueDriver<Claim, Wait> {
     this.#clock = deps.clock;
   }
 
-  claim(request: AcquireRequest): Claim {
+  claim(request: AcquireRequest, { startedAt }: { readonly startedAt: number }): Claim {
     this.#attempts += 1;
     return {
       request,
-      startedAt: this.#clock.monotonic(),
+      startedAt,
       parent: lockParentPath(this.#deps.root, request.name),
       attemptId: this.#attemptPrefix + this.#attempts.toString(16).padStart(12, '0'),
       session: undefined,
