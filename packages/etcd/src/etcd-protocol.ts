@@ -106,8 +106,6 @@ export class EtcdProtocol implements QueueDriver<Claim, Wait> {
   readonly #held = new Map<string, HeldLock>();
   readonly #slots = new Slots();
   readonly #serviceId = newServiceId();
-  /** When each acquire call began: a claim made after a restart still counts its validity from there. */
-  readonly #calls = new WeakMap<AcquireRequest, number>();
   /** The newest store revision a response showed us, and when: a watch started soon after begins there. */
   #seen = { revision: 0n, at: Number.NEGATIVE_INFINITY };
 
@@ -128,10 +126,8 @@ export class EtcdProtocol implements QueueDriver<Claim, Wait> {
     this.#undoTryMs = Math.min(parts.requests.timeoutMs, UNDO_TRY_MS);
   }
 
-  claim(request: AcquireRequest): Claim {
-    const now = this.#requests.clock.monotonic();
-    const startedAt = this.#calls.get(request) ?? now;
-    this.#calls.set(request, startedAt);
+  /** `startedAt` is the call's start (the same after a restart): a claim's validity counts from there. */
+  claim(request: AcquireRequest, { startedAt }: { readonly startedAt: number }): Claim {
     const directory = lockDirectory(this.#prefix, request.name);
     // The lowest slot of the name free in this service: keys are reused across acquisitions (see keys.ts).
     const slot = this.#slots.take(request.name);
