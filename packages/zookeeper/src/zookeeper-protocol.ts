@@ -54,6 +54,8 @@ interface Waiting {
 
 export interface ZooKeeperProtocolDeps {
   readonly clock: Clock;
+  /** The clock queued claims sleep on: `clock`, with sleeps on the service's shared deadline timer. */
+  readonly waitClock: Clock;
   /** The node under which every lock's parent lives. */
   readonly root: string;
   readonly sessions: Sessions;
@@ -185,7 +187,7 @@ export class ZooKeeperProtocol implements QueueDriver<Claim, Wait> {
         if (closing.aborted) throw closing.reason;
         const left = until - clock.monotonic();
         if (left <= 0) return undefined;
-        await wake.wait(clock, Math.min(left, recheckMs), signal);
+        await wake.wait(this.#deps.waitClock, Math.min(left, recheckMs), signal);
         if (closing.aborted) throw closing.reason;
         if (woken || clock.monotonic() >= until) return undefined;
         if ((await session.exists(wait.predecessor)) === null) return undefined;
