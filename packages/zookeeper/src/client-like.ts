@@ -118,7 +118,7 @@ export function dropConnection(client: object): boolean {
  * the reply header carries the zxid of the transaction, which for a create is the node's czxid. The client keeps
  * the last header zxid in `connectionManager.zxid` and calls the callback right after setting it, so reading it
  * synchronously there saves the `exists` that would otherwise fetch the fencing token. Not public API: guarded,
- * undefined when absent, and checked against `exists` once per service (see `ZooKeeperLockService`).
+ * undefined when absent, and checked against `exists` once per service (see `ZooKeeperProtocol`).
  */
 export function replyZxid(client: object): bigint | undefined {
   const manager: unknown = Reflect.get(client, 'connectionManager');

@@ -20,7 +20,7 @@ export interface ZooKeeperLockServiceBaseOptions {
   readonly requestTimeoutMs?: number;
   /**
    * A lock's parent node is deleted once no lock of this service has used it for this long, in ms. Parents other
-   * processes left behind are deleted once seen empty that long: the root is looked through every 1 to 1.5 times
+   * processes left behind are deleted once seen empty that long: `keyPrefix` is looked through every 1 to 1.5 times
    * this (at least a second apart). Default 30000.
    */
   readonly idleParentMs?: number;
