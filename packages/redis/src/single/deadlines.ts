@@ -45,32 +45,20 @@ export class Deadlines {
   bound<T>(promise: Promise<T>, timeoutMs: number, what: string, options?: BoundOptions): Promise<T> {
     const signalOf = options?.signal;
     const state = options?.state;
-    // Registered before core's handler, so it has run by the time the bound settles: a rejection without an answer
-    // is the bound giving up.
-    let answered = false;
-    if (state) {
-      promise.then(
-        () => {
-          answered = true;
-        },
-        () => {
-          answered = true;
-        },
-      );
-    }
     const watch = signalOf !== undefined && timeoutMs > WATCH_SIGNAL_AFTER_MS;
     const cancels = watch ? new Set<(reason: unknown) => void>() : undefined;
-    const bounded = boundedCall(() => promise, {
-      deadlines: this.#deadlines,
-      clock: this.#clock,
-      timeoutMs,
-      what,
-      ...(cancels ? { cancels } : {}),
-    });
+    const call = (): Promise<T> => promise;
+    const deadlines = this.#deadlines;
+    const clock = this.#clock;
+    const bounded = cancels
+      ? boundedCall(call, { deadlines, clock, timeoutMs, what, cancels })
+      : boundedCall(call, { deadlines, clock, timeoutMs, what });
     if (cancels && signalOf) this.#watchLater(bounded, cancels, signalOf);
     if (!state) return bounded;
+    // Only a call still running reads its state, and it is still running only if the bound gave up on it: so any
+    // rejection of the bound may mark it, without telling apart the call's own failure.
     return bounded.catch((error: unknown) => {
-      if (!answered) state.abandoned = true;
+      state.abandoned = true;
       throw error;
     });
   }

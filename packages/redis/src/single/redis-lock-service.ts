@@ -112,7 +112,7 @@ export class RedisLockService implements LockService, AsyncDisposable {
       throw new InvalidArgumentError('request.ttlMs', `must be an integer from 1 to ${MAX_TIMER_MS}`);
     }
     const keys = lockKeys(this.#prefix, name);
-    const call = { name, ownerId: request.ownerId, ttlMs, keys, calledAt };
+    const { ownerId } = request;
     const waitMs = Math.min(Math.max(0, Math.floor(request.waitMs)), MAX_TIMER_MS);
     if (waitMs >= 1 && (await this.#watch.ready(Math.min(waitMs, this.#timeoutMs)))) {
       this.#assertOpen();
@@ -123,7 +123,11 @@ export class RedisLockService implements LockService, AsyncDisposable {
         const signal = linked.signal;
         const queued = acquireInQueue(
           this.#protocol,
-          new RedisAcquire({ ...call, waitMs: left, signal, queue: true, signalOf: () => signal }),
+          new RedisAcquire(name, ownerId, ttlMs, keys, calledAt, {
+            waitMs: left,
+            signal,
+            signalOf: () => signal,
+          }),
           this.#queue,
         );
         this.#queued.add(queued);
@@ -139,11 +143,9 @@ export class RedisLockService implements LockService, AsyncDisposable {
     // is read only if the script is slow: core makes it on first read, and a fast acquire should not pay for it.
     return acquireInQueue(
       this.#protocol,
-      new RedisAcquire({
-        ...call,
+      new RedisAcquire(name, ownerId, ttlMs, keys, calledAt, {
         waitMs: 0,
         signal: NOT_WAITING,
-        queue: false,
         signalOf: () => request.signal,
       }),
       this.#queue,

@@ -42,23 +42,30 @@ export class RedisAcquire implements AcquireRequest {
   readonly keys: LockKeys;
   /** The clock's monotonic time at entry into the service's `acquire`: grants say when their lease began from it. */
   readonly calledAt: number;
-  /** Claims queue in Redis and wait for a hand-off; otherwise one attempt, and core's `LockClient` loop waits. */
+  /** Claims queue in Redis and wait for a hand-off (`waitMs > 0`); otherwise one attempt, and core's loop waits. */
   readonly queue: boolean;
   /** The signal the call bounds listen to once a call is slow (read lazily: see `deadlines.ts`). */
   readonly signalOf: () => AbortSignal;
   /** End of the wait, set by the first claim: after core set its own, so never before it. */
-  deadline: number | undefined;
+  deadline: number | undefined = undefined;
 
-  constructor(fields: Omit<RedisAcquire, 'deadline'>) {
-    this.name = fields.name;
-    this.ownerId = fields.ownerId;
-    this.ttlMs = fields.ttlMs;
-    this.waitMs = fields.waitMs;
-    this.signal = fields.signal;
-    this.keys = fields.keys;
-    this.calledAt = fields.calledAt;
-    this.queue = fields.queue;
-    this.signalOf = fields.signalOf;
+  constructor(
+    name: string,
+    ownerId: string,
+    ttlMs: number,
+    keys: LockKeys,
+    calledAt: number,
+    wait: { readonly waitMs: number; readonly signal: AbortSignal; readonly signalOf: () => AbortSignal },
+  ) {
+    this.name = name;
+    this.ownerId = ownerId;
+    this.ttlMs = ttlMs;
+    this.waitMs = wait.waitMs;
+    this.signal = wait.signal;
+    this.keys = keys;
+    this.calledAt = calledAt;
+    this.queue = wait.waitMs > 0;
+    this.signalOf = wait.signalOf;
   }
 }
 
@@ -185,7 +192,8 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
   /** A new ownership token; a queued claim's mailbox is registered now, before its first script can grant. */
   claim(request: AcquireRequest): Claim {
     if (!(request instanceof RedisAcquire)) throw new TypeError('RedisProtocol claims only a RedisAcquire');
-    request.deadline ??= this.#clock.monotonic() + request.waitMs;
+    // A call that does not queue has no wait: its deadline is its start (and saves a clock read).
+    request.deadline ??= request.queue ? this.#clock.monotonic() + request.waitMs : request.calledAt;
     const owner = newOwnershipToken();
     return {
       call: request,
@@ -304,11 +312,12 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
     // From here until the reply, the script may have granted or queued: a failure leaves it to be undone.
     claim.placed = true;
     const raw = await this.#run(this.#scripts.acquire, claim, args, 'acquire');
-    claim.roundTripMs = this.#clock.monotonic() - now;
+    const answeredAt = this.#clock.monotonic();
+    claim.roundTripMs = answeredAt - now;
     const reply = parseReply(raw, 'acquire');
     if (reply.granted) {
       const leaseFrom = leaseStart(reply, now, call.ttlMs, claim.lastMiss);
-      return (await this.#granted(claim, reply.fence, leaseFrom)) ?? LOOK_AGAIN;
+      return (await this.#granted(claim, reply.fence, leaseFrom, answeredAt)) ?? LOOK_AGAIN;
     }
     claim.lastMiss = now;
     // Refused without queueing: nothing of this claim is in Redis.
@@ -330,10 +339,15 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
    * caller gets a handle with a full window instead of one core would find (nearly) expired. Undefined if the lease
    * ran out before that.
    */
-  async #granted(claim: Claim, fence: bigint, leaseFrom: number): Promise<Standing<Wait> | undefined> {
+  async #granted(
+    claim: Claim,
+    fence: bigint,
+    leaseFrom: number,
+    now = this.#clock.monotonic(),
+  ): Promise<Standing<Wait> | undefined> {
     if (fence > claim.spent) claim.spent = fence;
     const { call, owner } = claim;
-    if (leaseFrom + call.ttlMs - this.#clock.monotonic() >= call.ttlMs / 3) {
+    if (leaseFrom + call.ttlMs - now >= call.ttlMs / 3) {
       return this.#first(claim, fence, leaseFrom);
     }
     const lease: Lease = {
