@@ -5,7 +5,8 @@ const SUPERSEDED = Symbol('superseded');
 
 interface Deadline {
   readonly at: number;
-  readonly expire: () => void;
+  /** Settles the call: at its deadline with no reason (a timeout), or with `reason` when the owner stops. */
+  readonly expire: (reason?: unknown) => void;
 }
 
 /**
@@ -27,7 +28,7 @@ export class CallDeadlines {
     this.#clock = clock;
   }
 
-  add(at: number, expire: () => void): Deadline {
+  add(at: number, expire: (reason?: unknown) => void): Deadline {
     const entry: Deadline = { at, expire };
     this.#entries.add(entry);
     if (at < this.#armedAt) this.#arm(at);
@@ -38,9 +39,14 @@ export class CallDeadlines {
     this.#entries.delete(entry);
   }
 
-  /** Cancels the timer. Calls still in flight are no longer bounded; only use once none are. */
-  stop(): void {
+  /**
+   * Cancels the timer and settles every call still in flight with `reason` (e.g. the owner was closed), so that no
+   * caller is left with a promise that never settles once nothing bounds it any more.
+   */
+  stop(reason?: unknown): void {
+    const pending = [...this.#entries];
     this.#entries.clear();
+    for (const entry of pending) entry.expire(reason);
     this.#timer?.abort(SUPERSEDED);
     this.#timer = undefined;
     this.#armedAt = Number.POSITIVE_INFINITY;
@@ -138,10 +144,10 @@ export function boundedCall<T>(
     const onAbort = (): void => cancel(signal?.reason);
     signal?.addEventListener('abort', onAbort, { once: true });
     cancels?.add(cancel);
-    const deadline = options.deadlines.add(options.clock.monotonic() + options.timeoutMs, () => {
-      const error = new TransportError(
-        `${options.what} did not answer within ${Math.round(options.timeoutMs)} ms`,
-      );
+    const deadline = options.deadlines.add(options.clock.monotonic() + options.timeoutMs, (reason) => {
+      const error =
+        reason ??
+        new TransportError(`${options.what} did not answer within ${Math.round(options.timeoutMs)} ms`);
       abandon(error);
       finish(() => reject(error));
     });

@@ -9,6 +9,7 @@ import {
   ClientClosedError,
   InvalidArgumentError,
   LockLostError,
+  LockReleasedError,
   type LostReason,
   TransportError,
 } from './errors.js';
@@ -156,7 +157,9 @@ export class LockClient {
       result = await fn(handle);
     } catch (error) {
       await this.#endWithLock(handle, name, false);
-      throw (handle as Handle).releasedByClose ? new ClientClosedError({ cause: error }) : error;
+      // fn rethrowing the signal's reason after close() ended the hold: say what happened, the client closed.
+      const closedUnder = (handle as Handle).releasedByClose && error instanceof LockReleasedError;
+      throw closedUnder ? new ClientClosedError({ cause: error }) : error;
     }
     await this.#endWithLock(handle, name, true);
     return result;
@@ -221,12 +224,17 @@ export class LockClient {
     const closed = new ClientClosedError();
     this.#closing.abort(closed);
     for (const cancel of [...this.#acquireCalls]) cancel(closed);
+    // Renewals stop; leases granted with `renew: false` stay with the scheduler only to end as lost when their
+    // window closes (it never renews or deletes them, and its timer does not keep the process alive).
     this.#scheduler.stop();
     this.#unwatchLeases?.();
     for (const unsubscribe of [...this.#watches]) unsubscribe();
+    const now = this.#clock.monotonic();
     const releases = [...this.#held].map((handle) => {
-      if (!handle.renews) {
-        this.#forget(handle);
+      if (!handle.renews) return Promise.resolve();
+      // A window that closed before close() (a pause) is a loss, not a release: the delete still goes out.
+      if (now >= handle.expiresAt) {
+        this.#lose(handle, 'expired', undefined);
         return Promise.resolve();
       }
       handle.holds = 1;
@@ -234,8 +242,9 @@ export class LockClient {
       return this.#releaseNow(handle).catch(() => {});
     });
     await Promise.allSettled([...releases, ...this.#pending]);
-    // Only now: the deadlines still bound the releases above.
-    this.#deadlines.stop();
+    // Only now, once the releases above are settled: the deadlines bound them. Calls still in flight (a manual
+    // renew()) settle with ClientClosedError rather than never.
+    this.#deadlines.stop(closed);
   }
 
   #assertOpen(): void {
@@ -270,6 +279,12 @@ export class LockClient {
         if (opts.reentrant) {
           const current = this.#reentrant.get(name);
           if (current?.isHeld()) {
+            if (current.renews !== opts.renew) {
+              throw new InvalidArgumentError(
+                'options.renew',
+                `must match the reentrant handle already held for "${name}" (renew: ${current.renews})`,
+              );
+            }
             current.retain(opts.onLost);
             this.#emitAcquired(current, startedAt, attempts, true);
             return current;
@@ -445,6 +460,12 @@ export class LockClient {
   }
 
   async #renewNow(handle: Handle): Promise<boolean> {
+    if (this.#closing.signal.aborted) throw new ClientClosedError();
+    // A window that already closed cannot be extended, and a renewal sent now would only blur why it ended.
+    if (this.#clock.monotonic() >= handle.expiresAt) {
+      this.#lose(handle, 'expired', undefined);
+      return false;
+    }
     return this.#scheduler.renewOne(handle);
   }
 
@@ -453,15 +474,15 @@ export class LockClient {
    * closed (a pause past the lease) must not report a clean end. The handle is then lost, and `#lose` still sends
    * the owner-checked delete.
    */
-  async #releaseHold(handle: Handle): Promise<void> {
+  #releaseHold(handle: Handle): Promise<void> {
     if (this.#clock.monotonic() >= handle.expiresAt) this.#lose(handle, 'expired', undefined);
     const lost = handle.lostError;
-    if (lost) throw lost;
+    if (lost) return Promise.reject(lost);
     if (handle.holds > 1) {
       handle.holds -= 1;
-      return;
+      return Promise.resolve();
     }
-    await this.#releaseNow(handle);
+    return this.#releaseNow(handle);
   }
 
   async #releaseNow(handle: Handle): Promise<void> {
@@ -475,7 +496,7 @@ export class LockClient {
       at,
       heldMs: at - handle.acquiredAt,
     });
-    await this.#track(
+    const deleted = await this.#track(
       boundedCall(() => this.#service.release(handle.lease), {
         deadlines: this.#deadlines,
         clock: this.#clock,
@@ -483,6 +504,11 @@ export class LockClient {
         what: `release "${handle.name}"`,
       }),
     );
+    // The service found nothing of this grant to delete although its window was open: the lock had already been
+    // taken from it (deleted by hand, a failover, a server clock jump). The release happened; a clean end did not.
+    if (deleted === false && !handle.releasedByClose) {
+      throw new LockLostError(handle.name, handle.fencingToken, 'rejected');
+    }
   }
 
   #lose(handle: Handle, reason: LostReason, error: unknown): void {
@@ -490,7 +516,9 @@ export class LockClient {
     const callbacks = handle.markLost(reason, error);
     if (!callbacks) return;
     // The lease may still exist on the service (e.g. it was only unreachable): free it early for the next owner.
-    if (reason !== 'rejected') this.#bestEffortRelease(handle.lease);
+    // Not a lease granted for its TTL (`renew: false`): its local window ends a little before the service's, and
+    // deleting it then would let the work it guards run twice in one period.
+    if (reason !== 'rejected' && handle.renews) this.#bestEffortRelease(handle.lease);
     this.events.emit('lost', {
       name: handle.name,
       fencingToken: handle.fencingToken,
@@ -530,6 +558,8 @@ function isValidGrant(grant: unknown): grant is Grant {
     typeof g['ttlMs'] === 'number' &&
     Number.isFinite(g['ttlMs']) &&
     g['ttlMs'] > 0 &&
-    (g['queuedMs'] === undefined || (typeof g['queuedMs'] === 'number' && g['queuedMs'] >= 0))
+    (g['queuedMs'] === undefined || (typeof g['queuedMs'] === 'number' && g['queuedMs'] >= 0)) &&
+    (g['roundTripMs'] === undefined ||
+      (typeof g['roundTripMs'] === 'number' && Number.isFinite(g['roundTripMs']) && g['roundTripMs'] >= 0))
   );
 }

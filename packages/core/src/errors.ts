@@ -55,7 +55,7 @@ export type AcquireTimeoutReason =
 const TIMEOUT_EXPLANATIONS: Record<AcquireTimeoutReason, string> = {
   'held-by-another-owner': 'is held by another owner',
   'held-by-this-client':
-    'is held by this same client through another handle (pass reentrant: true to share it)',
+    'is held by this same client through another handle (acquire both with reentrant: true to share it)',
   'spent-in-transit':
     'was granted, but each grant arrived with less validity left than one round trip and was given back (raise ttlMs or waitMs)',
 };

@@ -60,7 +60,7 @@ export class RenewalScheduler {
 
   /** Runs a tick soon, e.g. when `isHeld()` noticed a passed deadline before the timer fired. */
   poke(): void {
-    if (this.#pokeQueued || this.#stopped) return;
+    if (this.#pokeQueued) return;
     this.#pokeQueued = true;
     queueMicrotask(() => {
       this.#pokeQueued = false;
@@ -68,10 +68,15 @@ export class RenewalScheduler {
     });
   }
 
+  /**
+   * Stops renewing. Leases granted for their TTL (`renew: false`) stay, only so that they end as lost when their
+   * window closes; the timer that watches them is unref'd.
+   */
   stop(): void {
     this.#stopped = true;
-    this.#handles.clear();
+    for (const handle of [...this.#handles]) if (handle.renews) this.#handles.delete(handle);
     this.#disarm();
+    this.#arm();
   }
 
   /** Renews one handle now (manual `renew()`), outside the batch. */
@@ -118,7 +123,6 @@ export class RenewalScheduler {
   }
 
   #tick(): void {
-    if (this.#stopped) return;
     const now = this.#deps.clock.monotonic();
     const batch: Handle[] = [];
     for (const handle of [...this.#handles]) {
@@ -135,6 +139,7 @@ export class RenewalScheduler {
       // and it turns many nearly-simultaneous renewals into one round trip.
       if (
         handle.renews &&
+        !this.#stopped &&
         !handle.renewInFlight &&
         handle.renewDueAt - now <= renewIntervalMs(handle.ttlMs) / 5
       )
@@ -155,6 +160,9 @@ export class RenewalScheduler {
     for (const handle of handles) handle.renewInFlight = true;
     const requests: RenewRequest[] = handles.map((h) => ({ lease: h.lease, ttlMs: h.ttlMs }));
     const sentAt = clock.monotonic();
+    // An answer after the first of these windows closes is of no use to that handle: wait no longer than that.
+    let closesIn = Number.POSITIVE_INFINITY;
+    for (const handle of handles) closesIn = Math.min(closesIn, handle.expiresAt - sentAt);
     let results: readonly RenewResult[] | Error;
     try {
       results = await boundedCall(
@@ -162,7 +170,12 @@ export class RenewalScheduler {
           if (service.renewMany && requests.length > 1) return service.renewMany(requests);
           return Promise.all(requests.map((request) => service.renew(request)));
         },
-        { deadlines: this.#deps.deadlines, clock, timeoutMs: operationTimeoutMs, what: 'renew' },
+        {
+          deadlines: this.#deps.deadlines,
+          clock,
+          timeoutMs: Math.max(1, Math.min(operationTimeoutMs, closesIn)),
+          what: 'renew',
+        },
       );
       if (!Array.isArray(results) || results.length !== requests.length) {
         results = new TransportError(
@@ -172,16 +185,19 @@ export class RenewalScheduler {
     } catch (error) {
       results = isDLockError(error) ? error : new TransportError(String(error), { cause: error });
     }
-    const outcomes = handles.map((handle, i) => {
-      handle.renewInFlight = false;
-      return this.#apply(handle, results instanceof Error ? results : results[i], sentAt);
-    });
+    // All of them first: one bad result must not leave the others marked in flight for ever.
+    for (const handle of handles) handle.renewInFlight = false;
+    const outcomes = handles.map((handle, i) =>
+      this.#apply(handle, results instanceof Error ? results : validResult(results[i]), sentAt),
+    );
     this.#arm();
     return outcomes;
   }
 
   /** The window closed: `unreachable` if the renewals meant to extend it failed, `expired` otherwise (a pause). */
   #loseClosed(handle: Handle): void {
+    // A renewal still unanswered when the window closes is "too slow", which is `expired` like a pause: only
+    // renewals that failed outright make it `unreachable`.
     const error = handle.lastRenewError;
     this.#deps.lose(handle, error === undefined ? 'expired' : 'unreachable', error);
   }
@@ -192,6 +208,13 @@ export class RenewalScheduler {
     const now = clock.monotonic();
     if (result === undefined || result instanceof Error) {
       const error = result ?? new TransportError('renew returned no result');
+      if (now >= handle.expiresAt) {
+        // No usable answer before the window closed (a renewal bounded by the window timed out): that is "too
+        // slow", judged like any closed window by what happened before it.
+        this.#handles.delete(handle);
+        this.#loseClosed(handle);
+        return error;
+      }
       handle.renewFailures += 1;
       handle.lastRenewError = error;
       events.emit('renew-failed', {
@@ -201,7 +224,7 @@ export class RenewalScheduler {
         failures: handle.renewFailures,
         error,
       });
-      if (handle.renewFailures >= renewFailBudget || now >= handle.expiresAt) {
+      if (handle.renewFailures >= renewFailBudget) {
         this.#handles.delete(handle);
         lose(handle, 'unreachable', error);
       } else {
@@ -238,4 +261,12 @@ export class RenewalScheduler {
     });
     return true;
   }
+}
+
+/** A result slot of a renewal batch, or a TransportError for that lease when the service answered nonsense there. */
+function validResult(result: unknown): RenewResult | Error {
+  if (typeof result === 'object' && result !== null && typeof (result as RenewResult).renewed === 'boolean') {
+    return result as RenewResult;
+  }
+  return new TransportError(`renew answered ${String(result)} for a lease`);
 }

@@ -326,3 +326,148 @@ describe('renew: false (a lease granted once for its TTL)', () => {
     }
   });
 });
+
+describe('what a second look found', () => {
+  it('a renew: false lease is not deleted when its local window ends a little before the service lets it go', async () => {
+    const { client, makeClient, clock, faulty } = harness();
+    await client.acquire('cron:hourly', { ttlMs: TTL, renew: false });
+    // The local window ends at ttl − drift (988 ms); the service holds the lease until 1,000 ms.
+    await clock.advance(995);
+    expect(faulty.counts.attempted.release).toBe(0);
+    expect(await makeClient().tryAcquire('cron:hourly', { ttlMs: TTL, renew: false })).toBeNull();
+  });
+
+  it('close() after a pause past the window reports a loss, not a release', async () => {
+    const { client, makeClient, clock, eventsOf } = harness();
+    const onLost = vi.fn();
+    const handle = await client.acquire('a', { ttlMs: TTL, onLost });
+    clock.jump(1.5 * TTL);
+    const successor = await makeClient().acquire('a', { ttlMs: TTL });
+    await client.close();
+    expect(handle.state).toBe('lost');
+    expect(onLost).toHaveBeenCalledWith(handle, 'expired');
+    expect(
+      eventsOf('released').filter((e) => e.name === 'a' && e.fencingToken === handle.fencingToken),
+    ).toEqual([]);
+    await expect(handle.release()).rejects.toBeInstanceOf(LockLostError);
+    expect(successor.isHeld()).toBe(true);
+  });
+
+  it('a manual renew() in flight when close() runs settles (the handle was released: false)', async () => {
+    const { client, clock, faulty } = harness({ operationTimeoutMs: 60_000 });
+    const handle = await client.acquire('a', { ttlMs: 100 * TTL });
+    faulty.dropRenewals();
+    const renewing = outcome(handle.renew());
+    await clock.advance(1);
+    await client.close();
+    await clock.advance(0);
+    expect(renewing.done).toBe(true);
+    expect(renewing.value).toBe(false);
+    expect(handle.state).toBe('released');
+    await expect(handle.renew()).resolves.toBe(false);
+  });
+
+  it('a renew: false handle still ends lost when its window closes after close()', async () => {
+    const { client, clock } = harness();
+    const onLost = vi.fn();
+    const handle = await client.acquire('cron:report', { ttlMs: TTL, renew: false, onLost });
+    await client.close();
+    expect(handle.state).toBe('held');
+    await clock.advance(TTL);
+    expect(handle.state).toBe('lost');
+    expect(onLost).toHaveBeenCalledWith(handle, 'expired');
+  });
+
+  it('an answer processed after the window closed, before the tick that would have noticed, does not revive', async () => {
+    const { client, clock, faulty, eventsOf } = harness();
+    const handle = await client.acquire('a', { ttlMs: TTL });
+    faulty.latency(100);
+    await clock.advanceUntil(() => faulty.counts.attempted.renew === 1, TTL, 1);
+    // A pause past the window with the renewal's reply already due: the reply is handled before the tick.
+    clock.jump(handle.expiresAt + 2 - clock.monotonic());
+    await clock.advance(0);
+    expect(faulty.counts.forwarded.renew).toBe(1);
+    expect(handle.state).toBe('lost');
+    expect(eventsOf('renewed')).toHaveLength(0);
+  });
+
+  it('release() says the lock was lost when the service had nothing of this grant to delete', async () => {
+    const { client, memory } = harness();
+    const onLost = vi.fn();
+    const handle = await client.acquire('a', { ttlMs: TTL, onLost });
+    // Deleted behind the holder's back (by hand, a failover), well inside the window.
+    await memory.release((handle as unknown as { lease: Parameters<MemoryLockService['release']>[0] }).lease);
+    const error = await handle.release().catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(LockLostError);
+    expect((error as LockLostError).reason).toBe('rejected');
+  });
+
+  it('a reentrant acquire must ask for the same renew setting as the handle it would share', async () => {
+    const { client } = harness();
+    await client.acquire('a', { ttlMs: TTL, reentrant: true, renew: false });
+    await expect(client.acquire('a', { ttlMs: TTL, reentrant: true })).rejects.toMatchObject({
+      code: 'INVALID_ARGUMENT',
+      field: 'options.renew',
+    });
+  });
+
+  it('a grant with a nonsensical roundTripMs is refused as malformed, never admitted unchecked', async () => {
+    const clock = new FakeClock();
+    const memory = new MemoryLockService({ clock });
+    const service: LockService = {
+      async acquire(request) {
+        const result = await memory.acquire(request);
+        return result.acquired
+          ? { acquired: true, grant: { ...result.grant, roundTripMs: Number.NaN } }
+          : result;
+      },
+      renew: (request) => memory.renew(request),
+      release: (lease) => memory.release(lease),
+      watch: (name, cb) => memory.watch(name, cb),
+    };
+    const error = await new LockClient(service, { clock })
+      .acquire('a', { ttlMs: TTL })
+      .catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: 'TRANSPORT' });
+  });
+
+  it("withLock keeps fn's own error after close(); only the signal's reason becomes ClientClosedError", async () => {
+    const { client, clock } = harness();
+    const own = new Error('fn failed on its own');
+    const run = outcome(
+      client.withLock('a', { ttlMs: TTL }, async () => {
+        void client.close();
+        await clock.sleep(10);
+        throw own;
+      }),
+    );
+    await clock.advance(50);
+    expect(run.error).toBe(own);
+  });
+
+  it('one nonsense slot in a renewal batch fails that lease only', async () => {
+    const clock = new FakeClock();
+    const memory = new MemoryLockService({ clock });
+    let poison = false;
+    const service: LockService = {
+      acquire: (request) => memory.acquire(request),
+      renew: (request) => memory.renew(request),
+      async renewMany(requests) {
+        const results = await memory.renewMany(requests);
+        return poison ? [null as unknown as (typeof results)[number], ...results.slice(1)] : results;
+      },
+      release: (lease) => memory.release(lease),
+      watch: (name, cb) => memory.watch(name, cb),
+    };
+    const client = new LockClient(service, { clock });
+    const a = await client.acquire('a', { ttlMs: TTL });
+    const b = await client.acquire('b', { ttlMs: TTL });
+    poison = true;
+    await clock.advance(TTL / 2);
+    poison = false;
+    await clock.advance(3 * TTL);
+    // The poisoned slot counted as one failed renewal, retried in the window; nobody was stuck "in flight".
+    expect(a.state).toBe('held');
+    expect(b.state).toBe('held');
+  });
+});
