@@ -123,11 +123,7 @@ export class RedisLockService implements LockService, AsyncDisposable {
         const signal = linked.signal;
         const queued = acquireInQueue(
           this.#protocol,
-          new RedisAcquire(name, ownerId, ttlMs, keys, calledAt, {
-            waitMs: left,
-            signal,
-            signalOf: () => signal,
-          }),
+          new RedisAcquire(name, ownerId, ttlMs, keys, calledAt, left, signal, () => signal),
           this.#queue,
         );
         this.#queued.add(queued);
@@ -143,11 +139,7 @@ export class RedisLockService implements LockService, AsyncDisposable {
     // is read only if the script is slow: core makes it on first read, and a fast acquire should not pay for it.
     return acquireInQueue(
       this.#protocol,
-      new RedisAcquire(name, ownerId, ttlMs, keys, calledAt, {
-        waitMs: 0,
-        signal: NOT_WAITING,
-        signalOf: () => request.signal,
-      }),
+      new RedisAcquire(name, ownerId, ttlMs, keys, calledAt, 0, NOT_WAITING, () => request.signal),
       this.#queue,
     );
   }

@@ -34,38 +34,25 @@ const CLEANUP_TRY_MS = 1_000;
  * it shares.
  */
 export class RedisAcquire implements AcquireRequest {
-  readonly name: string;
-  readonly ownerId: string;
-  readonly ttlMs: number;
-  readonly waitMs: number;
-  readonly signal: AbortSignal;
-  readonly keys: LockKeys;
-  /** The clock's monotonic time at entry into the service's `acquire`: grants say when their lease began from it. */
-  readonly calledAt: number;
-  /** Claims queue in Redis and wait for a hand-off (`waitMs > 0`); otherwise one attempt, and core's loop waits. */
-  readonly queue: boolean;
-  /** The signal the call bounds listen to once a call is slow (read lazily: see `deadlines.ts`). */
-  readonly signalOf: () => AbortSignal;
   /** End of the wait, set by the first claim: after core set its own, so never before it. */
   deadline: number | undefined = undefined;
 
   constructor(
-    name: string,
-    ownerId: string,
-    ttlMs: number,
-    keys: LockKeys,
-    calledAt: number,
-    wait: { readonly waitMs: number; readonly signal: AbortSignal; readonly signalOf: () => AbortSignal },
-  ) {
-    this.name = name;
-    this.ownerId = ownerId;
-    this.ttlMs = ttlMs;
-    this.waitMs = wait.waitMs;
-    this.signal = wait.signal;
-    this.keys = keys;
-    this.calledAt = calledAt;
-    this.queue = wait.waitMs > 0;
-    this.signalOf = wait.signalOf;
+    readonly name: string,
+    readonly ownerId: string,
+    readonly ttlMs: number,
+    readonly keys: LockKeys,
+    /** The clock's monotonic time at entry into the service's `acquire`: grants say when their lease began from it. */
+    readonly calledAt: number,
+    readonly waitMs: number,
+    readonly signal: AbortSignal,
+    /** The signal the call bounds listen to once a call is slow (read lazily: see `deadlines.ts`). */
+    readonly signalOf: () => AbortSignal,
+  ) {}
+
+  /** Claims queue in Redis and wait for a hand-off; otherwise one attempt, and core's `LockClient` loop waits. */
+  get queue(): boolean {
+    return this.waitMs > 0;
   }
 }
 
@@ -123,14 +110,12 @@ function parseReply(reply: unknown, what: string): ScriptReply {
 
 /**
  * The latest moment, on the service's monotonic clock, that is surely not after the server started the grant's
- * lease. A grant made by the script itself started after the script was sent. One made earlier (by a release
- * handing over) started after `lastMiss`, the send of our last attempt that was still refused, and no earlier than
- * `sent + PTTL - TTL` as read by the script.
+ * lease. A grant made by the script itself (no `pttl`) started after the script was sent. One made earlier (by a
+ * release handing over) started after `lastMiss`, the send of our last attempt that was still refused, and no
+ * earlier than `sent + PTTL - TTL` as read by the script.
  */
-function leaseStart(reply: ScriptReply, sentAt: number, ttlMs: number, lastMiss: number): number {
-  if (!reply.granted) return lastMiss;
-  if (reply.pttl === undefined) return sentAt;
-  return Math.max(lastMiss, sentAt + reply.pttl - ttlMs);
+function leaseStart(pttl: number | undefined, sentAt: number, ttlMs: number, lastMiss: number): number {
+  return pttl === undefined ? sentAt : Math.max(lastMiss, sentAt + pttl - ttlMs);
 }
 
 /** The lock key's value while a grant holds it: renew and release compare it whole. */
@@ -275,7 +260,7 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
     const standing = await this.#granted(
       claim,
       reply.fence,
-      leaseStart(reply, sentAt, claim.call.ttlMs, claim.lastMiss),
+      leaseStart(reply.pttl, sentAt, claim.call.ttlMs, claim.lastMiss),
     );
     return standing ?? GONE;
   }
@@ -316,7 +301,7 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
     claim.roundTripMs = answeredAt - now;
     const reply = parseReply(raw, 'acquire');
     if (reply.granted) {
-      const leaseFrom = leaseStart(reply, now, call.ttlMs, claim.lastMiss);
+      const leaseFrom = leaseStart(reply.pttl, now, call.ttlMs, claim.lastMiss);
       return (await this.#granted(claim, reply.fence, leaseFrom, answeredAt)) ?? LOOK_AGAIN;
     }
     claim.lastMiss = now;
