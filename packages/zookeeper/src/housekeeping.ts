@@ -131,9 +131,11 @@ export function sharedTimerClock(clock: Clock, deadlines: CallDeadlines): Clock 
           deadlines.delete(due);
           reject(signal?.reason);
         };
-        const due = deadlines.add(clock.monotonic() + Math.max(0, ms), () => {
+        // Due, or (with a reason) cut short because the service closed.
+        const due = deadlines.add(clock.monotonic() + Math.max(0, ms), (reason?: unknown) => {
           signal?.removeEventListener('abort', onAbort);
-          resolve();
+          if (reason === undefined) resolve();
+          else reject(reason);
         });
         signal?.addEventListener('abort', onAbort, { once: true });
       }),

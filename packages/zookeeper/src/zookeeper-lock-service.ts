@@ -54,8 +54,6 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
   readonly #root: string;
   readonly #sessionTimeoutMs: number;
   readonly #deadlines: CallDeadlines;
-  /** Cancels of the requests in flight: what is still pending when `close()` ends is settled then. */
-  readonly #cancels = new Set<(reason: unknown) => void>();
   readonly #cleanups: BackgroundRetries;
   readonly #queue: QueueTools;
   readonly #ticker: Ticker;
@@ -107,7 +105,6 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
     this.#sessions = new Sessions({
       clock: this.#clock,
       deadlines: this.#deadlines,
-      cancels: this.#cancels,
       wake: () => this.#ticker.wake(),
       closing: this.#closing.signal,
       client: o.client,
@@ -278,11 +275,9 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
     this.#sessions.close();
     // Requests still unanswered (a heartbeat, a background delete) are over: the service is.
     const stopping = this.#cleanups.close();
-    const closed = new ZooKeeperServiceClosedError();
-    for (const cancel of [...this.#cancels]) cancel(closed);
+    this.#deadlines.stop(new ZooKeeperServiceClosedError());
     await stopping;
     this.#parents.takeDue(Number.POSITIVE_INFINITY);
-    this.#deadlines.stop();
     this.#ticker.close();
   }
 }

@@ -11,10 +11,8 @@ import { isClientSideCode, ZK_ERROR, ZooKeeperSessionError, zkErrorCode } from '
 
 export interface SessionDeps {
   readonly clock: Clock;
-  /** Bounds every request (one timer for all of them). */
+  /** Bounds every request (one timer for all of them); `close()` stops it, settling what is still in flight. */
   readonly deadlines: CallDeadlines;
-  /** Cancels of the requests in flight: `close()` settles what is still pending at its end. */
-  readonly cancels: Set<(reason: unknown) => void>;
   readonly requestTimeoutMs: number;
   /** Starts the housekeeping ticker, which watches the session's silence. */
   readonly wake: () => void;
@@ -176,7 +174,7 @@ export class Session {
     onLate?: (value: T) => void,
   ): Promise<T> {
     if (this.#endError) return Promise.reject(this.#endError);
-    const { clock, deadlines, cancels, requestTimeoutMs } = this.#deps;
+    const { clock, deadlines, requestTimeoutMs } = this.#deps;
     const sentAt = clock.monotonic();
     this.engage();
     // The client's answer is passed through boundedCall as a value, so that a server's answer (NoNode…) keeps the
@@ -199,7 +197,6 @@ export class Session {
       {
         deadlines,
         clock,
-        cancels,
         timeoutMs: requestTimeoutMs,
         what: `ZooKeeper ${op} ${path}`,
         onLate: (late) => {

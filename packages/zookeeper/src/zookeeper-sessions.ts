@@ -71,8 +71,6 @@ function abortable<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
 export interface SessionsOptions {
   readonly clock: Clock;
   readonly deadlines: CallDeadlines;
-  /** Cancels of the requests in flight, shared by every session. */
-  readonly cancels: Set<(reason: unknown) => void>;
   /** Starts the housekeeping ticker. */
   readonly wake: () => void;
   /** Aborts when the service closes. */
@@ -250,7 +248,6 @@ export class Sessions {
       {
         clock: this.#o.clock,
         deadlines: this.#o.deadlines,
-        cancels: this.#o.cancels,
         requestTimeoutMs: requestTimeoutFor(client.getSessionTimeout(), this.#o.requestTimeoutMs),
         wake: this.#o.wake,
       },
