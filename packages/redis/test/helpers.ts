@@ -1,4 +1,3 @@
-import { connect as connectSocket, createServer, type Socket } from 'node:net';
 import { type RedisServer, startRedisServer } from '@dlock/test-utils';
 import { createClient } from 'redis';
 import { createClient as createClient6 } from 'redis6';
@@ -140,52 +139,4 @@ export async function eventually(
     if (performance.now() > until) return false;
     await sleep(10);
   }
-}
-
-/** A loopback proxy that holds every chunk for `delayMs` in each direction, order kept: a node farther away. */
-export interface DelayProxy {
-  readonly port: number;
-  close(): Promise<void>;
-}
-
-/**
- * `startTcpProxy` of `@dlock/test-utils` has no delay mode (the kernel here has no netem), so latency is added in
- * this process: one timer per chunk, all of the same length, so they fire in the order the chunks came.
- */
-export async function startDelayProxy(targetPort: number, delayMs: number): Promise<DelayProxy> {
-  const sockets = new Set<Socket>();
-  const forward = (from: Socket, to: Socket): void => {
-    from.on('data', (chunk: Buffer) => {
-      if (delayMs <= 0) to.write(chunk);
-      else setTimeout(() => to.destroyed || to.write(chunk), delayMs);
-    });
-  };
-  const server = createServer((client) => {
-    const upstream = connectSocket(targetPort, '127.0.0.1');
-    const close = (): void => {
-      sockets.delete(client);
-      sockets.delete(upstream);
-      client.destroy();
-      upstream.destroy();
-    };
-    sockets.add(client).add(upstream);
-    client.on('error', close).on('close', close);
-    upstream.on('error', close).on('close', close);
-    forward(client, upstream);
-    forward(upstream, client);
-  });
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => resolve());
-  });
-  const address = server.address();
-  if (typeof address !== 'object' || address === null) throw new Error('delay proxy did not bind');
-  return {
-    port: address.port,
-    close: () =>
-      new Promise<void>((resolve) => {
-        for (const socket of sockets) socket.destroy();
-        server.close(() => resolve());
-      }),
-  };
 }

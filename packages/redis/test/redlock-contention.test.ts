@@ -1,16 +1,8 @@
 import { LockClient } from '@dlock/core';
-import { type RedisServer, startRedisServer } from '@dlock/test-utils';
+import { type RedisServer, startRedisServer, startTcpProxy, type TcpProxy } from '@dlock/test-utils';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RedlockService } from '../src/redlock/index.js';
-import {
-  commandCalls,
-  connect,
-  type DelayProxy,
-  disconnect,
-  type Redis,
-  sleep,
-  startDelayProxy,
-} from './helpers.js';
+import { commandCalls, connect, disconnect, type Redis, sleep } from './helpers.js';
 
 /*
  * Contention on real redis-server nodes that are at different distances from the contenders, as when clients sit
@@ -48,12 +40,14 @@ async function scriptCalls(): Promise<number> {
 
 describe('Redlock under contention with node-latency skew', () => {
   it('keeps granting: contenders woken together do not split the nodes between them again and again', async () => {
-    const proxies: DelayProxy[] = [];
+    const proxies: TcpProxy[] = [];
     const contenders: { locks: LockClient; service: RedlockService; clients: Redis[] }[] = [];
     try {
       for (let c = 0; c < CONTENDERS; c++) {
         const near = await Promise.all(
-          servers.map((s, i) => startDelayProxy(s.port, LATENCIES_MS[(i + c) % LATENCIES_MS.length] ?? 0)),
+          servers.map((s, i) =>
+            startTcpProxy({ targetPort: s.port, delayMs: LATENCIES_MS[(i + c) % LATENCIES_MS.length] ?? 0 }),
+          ),
         );
         proxies.push(...near);
         const clients = await Promise.all(near.map((p) => connect(`redis://127.0.0.1:${p.port}`)));
