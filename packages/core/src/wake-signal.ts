@@ -1,4 +1,5 @@
 import { setMaxListeners } from 'node:events';
+import type { CallDeadlines } from './bounded-call.js';
 import type { Clock } from './clock.js';
 
 /**
@@ -14,13 +15,41 @@ export class WakeSignal {
     else this.#pending = true;
   }
 
-  /** Sleeps up to `ms`, returning early on a notice. Rejects with `signal.reason` if `signal` aborts. */
-  async wait(clock: Clock, ms: number, signal: AbortSignal): Promise<void> {
-    if (signal.aborted) throw signal.reason;
+  /**
+   * Sleeps up to `ms`, returning early on a notice. Rejects with `signal.reason` if `signal` aborts.
+   *
+   * With `deadlines` the sleep is an entry on that shared timer instead of a sleep of its own: no timer and no
+   * AbortController per wait, which is most of a queued waiter's CPU under contention. That timer is unref'd, and
+   * `deadlines.stop(reason)` ends the wait with `reason`; use it where something else keeps the process alive while
+   * the caller waits (the client's pending-call hold).
+   */
+  wait(clock: Clock, ms: number, signal: AbortSignal, deadlines?: CallDeadlines): Promise<void> {
+    if (signal.aborted) return Promise.reject(signal.reason);
     if (this.#pending) {
       this.#pending = false;
-      return;
+      return Promise.resolve();
     }
+    return deadlines ? this.#onDeadlines(clock, ms, signal, deadlines) : this.#onClock(clock, ms, signal);
+  }
+
+  #onDeadlines(clock: Clock, ms: number, signal: AbortSignal, deadlines: CallDeadlines): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      const finish = (settle: () => void): void => {
+        this.#wakeSleeper = undefined;
+        signal.removeEventListener('abort', onAbort);
+        deadlines.delete(due);
+        settle();
+      };
+      const onAbort = (): void => finish(() => reject(signal.reason));
+      const due = deadlines.add(clock.monotonic() + Math.max(0, ms), (reason?: unknown) =>
+        finish(() => (reason === undefined ? resolve() : reject(reason))),
+      );
+      this.#wakeSleeper = () => finish(resolve);
+      signal.addEventListener('abort', onAbort, { once: true });
+    });
+  }
+
+  async #onClock(clock: Clock, ms: number, signal: AbortSignal): Promise<void> {
     const sleeper = new AbortController();
     const onAbort = (): void => sleeper.abort(signal.reason);
     signal.addEventListener('abort', onAbort, { once: true });
@@ -37,6 +66,25 @@ export class WakeSignal {
 }
 
 const WOKEN = Symbol('woken');
+
+/** Settles like `promise`, or with `signal.reason` as soon as `signal` aborts (the promise itself runs on). */
+export function unlessAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(signal.reason);
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = (): void => reject(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+    promise.then(
+      (value) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(value);
+      },
+      (error: unknown) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(error);
+      },
+    );
+  });
+}
 
 /**
  * A signal that aborts when either input does, and a `dispose` that detaches it again, so a long-lived signal

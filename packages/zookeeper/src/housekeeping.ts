@@ -1,5 +1,4 @@
 import type { Clock } from '@dlock/core';
-import type { CallDeadlines } from '@dlock/core/adapter';
 
 /**
  * Which lock parents this service uses (attempts and grants per parent), and which have been idle long enough to
@@ -108,36 +107,4 @@ export class Ticker {
       if (this.#running === controller) this.#running = undefined;
     }
   }
-}
-
-/**
- * The service's clock, but sleeping on the one timer of its call deadlines instead of a `setTimeout` per sleep.
- * A queued waiter sleeps once per hand-off, each time for a different remaining budget, and timers of ever-new
- * durations are Node's slow path; the shared timer is re-armed only for a sleep that ends before every call in
- * flight. Like that timer, these sleeps do not keep the process alive (a waiting acquire's socket does).
- */
-export function sharedTimerClock(clock: Clock, deadlines: CallDeadlines): Clock {
-  return {
-    now: () => clock.now(),
-    monotonic: () => clock.monotonic(),
-    random: () => clock.random(),
-    sleep: (ms, signal) =>
-      new Promise<void>((resolve, reject) => {
-        if (signal?.aborted) {
-          reject(signal.reason);
-          return;
-        }
-        const onAbort = (): void => {
-          deadlines.delete(due);
-          reject(signal?.reason);
-        };
-        // Due, or (with a reason) cut short because the service closed.
-        const due = deadlines.add(clock.monotonic() + Math.max(0, ms), (reason?: unknown) => {
-          signal?.removeEventListener('abort', onAbort);
-          if (reason === undefined) resolve();
-          else reject(reason);
-        });
-        signal?.addEventListener('abort', onAbort, { once: true });
-      }),
-  };
 }

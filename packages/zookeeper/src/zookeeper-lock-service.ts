@@ -9,7 +9,7 @@ import type {
 } from '@dlock/core';
 import { acquireInQueue, BackgroundRetries, CallDeadlines, type QueueTools } from '@dlock/core/adapter';
 import { ZooKeeperServiceClosedError } from './errors.js';
-import { ParentUse, sharedTimerClock, Ticker } from './housekeeping.js';
+import { ParentUse, Ticker } from './housekeeping.js';
 import { lockParentPath } from './keys.js';
 import { Leftovers } from './leftovers.js';
 import { resolveOptions, type ZooKeeperLockServiceOptions } from './options.js';
@@ -121,7 +121,7 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
     });
     this.#protocol = new ZooKeeperProtocol({
       clock: this.#clock,
-      waitClock: sharedTimerClock(this.#clock, this.#deadlines),
+      deadlines: this.#deadlines,
       root: o.root,
       sessions: this.#sessions,
       parents: this.#parents,

@@ -8,7 +8,13 @@ import {
   type RenewResult,
   TransportError,
 } from '@dlock/core';
-import { type BackgroundRetries, type QueueDriver, type Standing, WakeSignal } from '@dlock/core/adapter';
+import {
+  type BackgroundRetries,
+  type CallDeadlines,
+  type QueueDriver,
+  type Standing,
+  WakeSignal,
+} from '@dlock/core/adapter';
 import { CREATE_MODE } from './client-like.js';
 import { ZK_ERROR, zkErrorCode } from './errors.js';
 import type { ParentUse } from './housekeeping.js';
@@ -54,8 +60,8 @@ interface Waiting {
 
 export interface ZooKeeperProtocolDeps {
   readonly clock: Clock;
-  /** The clock queued claims sleep on: `clock`, with sleeps on the service's shared deadline timer. */
-  readonly waitClock: Clock;
+  /** The service's shared deadline timer: queued claims sleep on it (no timer, no AbortController per wait). */
+  readonly deadlines: CallDeadlines;
   /** The node under which every lock's parent lives. */
   readonly root: string;
   readonly sessions: Sessions;
@@ -187,7 +193,7 @@ export class ZooKeeperProtocol implements QueueDriver<Claim, Wait> {
         if (closing.aborted) throw closing.reason;
         const left = until - clock.monotonic();
         if (left <= 0) return undefined;
-        await wake.wait(this.#deps.waitClock, Math.min(left, recheckMs), signal);
+        await wake.wait(clock, Math.min(left, recheckMs), signal, this.#deps.deadlines);
         if (closing.aborted) throw closing.reason;
         if (woken || clock.monotonic() >= until) return undefined;
         if ((await session.exists(wait.predecessor)) === null) return undefined;

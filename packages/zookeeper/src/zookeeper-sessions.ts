@@ -1,6 +1,6 @@
 import { createRequire } from 'node:module';
 import { type Clock, InvalidArgumentError, TransportError } from '@dlock/core';
-import type { CallDeadlines } from '@dlock/core/adapter';
+import { type CallDeadlines, unlessAborted } from '@dlock/core/adapter';
 import {
   dropConnection,
   STATE,
@@ -47,25 +47,6 @@ function isConnected(state: ZooKeeperStateLike): boolean {
 
 function isFinal(state: ZooKeeperStateLike): boolean {
   return state.code === STATE.EXPIRED || state.code === STATE.AUTH_FAILED;
-}
-
-/** Rejects with the signal's reason when it aborts first. */
-function abortable<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal.aborted) return Promise.reject(signal.reason);
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = (): void => reject(signal.reason);
-    signal.addEventListener('abort', onAbort, { once: true });
-    promise.then(
-      (value) => {
-        signal.removeEventListener('abort', onAbort);
-        resolve(value);
-      },
-      (error: unknown) => {
-        signal.removeEventListener('abort', onAbort);
-        reject(error);
-      },
-    );
-  });
 }
 
 export interface SessionsOptions {
@@ -143,7 +124,7 @@ export class Sessions {
       opening.catch(noop);
       this.#opening = opening;
     }
-    return signal ? abortable(this.#opening, signal) : this.#opening;
+    return signal ? unlessAborted(this.#opening, signal) : this.#opening;
   }
 
   /** Ends a session for good (idempotent). */

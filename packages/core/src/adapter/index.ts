@@ -10,4 +10,4 @@ export {
   type QueueTools,
   type Standing,
 } from '../queue/index.js';
-export { linkSignals, WakeSignal } from '../wake-signal.js';
+export { linkSignals, unlessAborted, WakeSignal } from '../wake-signal.js';
