@@ -1,12 +1,18 @@
 import type { AcquireRequest, Grant, Lease, RenewRequest, RenewResult } from '@dlock/core';
 import { TransportError } from '@dlock/core';
-import { type BackgroundRetries, type QueueDriver, type Standing, WakeSignal } from '@dlock/core/adapter';
+import {
+  type BackgroundRetries,
+  type QueueDriver,
+  type Standing,
+  unlessAborted,
+  WakeSignal,
+} from '@dlock/core/adapter';
 import type { KeyValueLike, KvClientLike, RequestOpLike, TxnResponseLike } from './client-like.js';
 import { isLeaseNotFound, transportError } from './errors.js';
 import type { EtcdReleaseWatch } from './etcd-release-watch.js';
 import type { EtcdSession, KeepAliveOutcome, TrackedLease } from './etcd-session.js';
 import { contenderKey, lockDirectory, newOwnershipToken, newServiceId, prefixRangeEnd } from './keys.js';
-import { type EtcdRequests, unlessAborted } from './requests.js';
+import type { EtcdRequests } from './requests.js';
 import { Slots } from './slots.js';
 
 /** One acquire attempt's place in a lock's queue: a key under the lock's directory, named before any I/O. */

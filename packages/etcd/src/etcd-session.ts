@@ -1,9 +1,10 @@
 import { setMaxListeners } from 'node:events';
 import type { Clock } from '@dlock/core';
+import { unlessAborted } from '@dlock/core/adapter';
 import type { LeaseClientLike } from './client-like.js';
 import { EtcdServiceClosedError, isLeaseNotFound } from './errors.js';
 import { KeepAliveChannel } from './keep-alive-channel.js';
-import { type EtcdRequests, later, unlessAborted } from './requests.js';
+import { type EtcdRequests, later } from './requests.js';
 
 export interface KeepAliveOutcome {
   /** False: etcd says the lease no longer exists. */

@@ -1,8 +1,9 @@
 import { TransportError } from '@dlock/core';
+import { unlessAborted } from '@dlock/core/adapter';
 import { FakeClock } from '@dlock/testing';
 import { describe, expect, it, vi } from 'vitest';
 import type { CallOptionsLike } from './client-like.js';
-import { EtcdRequests, type RequestOptions, unlessAborted } from './requests.js';
+import { EtcdRequests, type RequestOptions } from './requests.js';
 
 /** One bounded request, as the service makes them (formerly `withDeadline(what, timeoutMs, call, onLate, signal)`). */
 function withDeadline<T>(

@@ -49,25 +49,6 @@ export class EtcdRequests {
   }
 }
 
-/** Settles as `promise` does, or rejects with the signal's reason as soon as it aborts, whichever comes first. */
-export function unlessAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal.aborted) return Promise.reject(signal.reason);
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = (): void => reject(signal.reason);
-    signal.addEventListener('abort', onAbort, { once: true });
-    promise.then(
-      (value) => {
-        signal.removeEventListener('abort', onAbort);
-        resolve(value);
-      },
-      (error: unknown) => {
-        signal.removeEventListener('abort', onAbort);
-        reject(error);
-      },
-    );
-  });
-}
-
 /**
  * Runs `fn` once after `ms` on the clock, without keeping the process alive (stream idling, reconnect backoff,
  * keep-alives of queued leases: housekeeping, never a caller's wait). Returns a cancel function.
