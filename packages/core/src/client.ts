@@ -101,7 +101,8 @@ export class LockClient {
     this.#host = {
       clock: this.#clock,
       renewNow: (handle) => this.#hold.hold(this.#renewNow(handle)),
-      release: (handle) => this.#hold.hold(this.#releaseHold(handle)),
+      // The release's service call is tracked (#releaseNow), which holds the process for it.
+      release: (handle) => this.#releaseHold(handle),
       disposeFailed: (handle, error) => this.#callbackError(handle.name, 'release on dispose', error),
       pokeScheduler: () => this.#scheduler.poke(),
     };
@@ -123,7 +124,7 @@ export class LockClient {
     this.#assertOpen();
     const lockName = validateName(name);
     const opts = resolveAcquireOptions(options);
-    return this.#hold.hold(this.#track(this.#acquire(lockName, opts)));
+    return this.#track(this.#acquire(lockName, opts));
   }
 
   /** Like {@link acquire}, but resolves null instead of rejecting when the lock stays busy. */
@@ -251,10 +252,13 @@ export class LockClient {
     if (this.#closing.signal.aborted) throw new ClientClosedError();
   }
 
+  /** A call `close()` waits for, during which the process stays alive: one settle listener does both. */
   #track<T>(promise: Promise<T>): Promise<T> {
     this.#pending.add(promise);
+    this.#hold.enter();
     const forget = (): void => {
       this.#pending.delete(promise);
+      this.#hold.leave();
     };
     promise.then(forget, forget);
     return promise;

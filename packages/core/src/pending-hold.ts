@@ -17,16 +17,25 @@ export class PendingCallHold {
   /** Wraps a public call's promise: the process stays alive until it settles. */
   hold<T>(promise: Promise<T>): Promise<T> {
     if (this.#stopped) return promise;
+    this.enter();
+    const leave = (): void => this.leave();
+    promise.then(leave, leave);
+    return promise;
+  }
+
+  /** One more call pending; pair with {@link leave}, for a caller that already watches the call settle. */
+  enter(): void {
+    if (this.#stopped) return;
     if (this.#pending++ === 0) {
       // 2^30 ms: far below the 2^31 − 1 overflow, and it never comes due in practice; `unref` when idle.
       this.#handle ??= setInterval(() => {}, 2 ** 30);
       this.#handle.ref();
     }
-    const leave = (): void => {
-      if (--this.#pending === 0) this.#handle?.unref();
-    };
-    promise.then(leave, leave);
-    return promise;
+  }
+
+  leave(): void {
+    if (this.#pending === 0) return;
+    if (--this.#pending === 0) this.#handle?.unref();
   }
 
   /** Drops the reference for good (after `close()`): nothing of the client keeps the process alive any more. */
