@@ -262,11 +262,7 @@ export class EtcdProtocol implements QueueDriver<Claim, Wait> {
     const lost = lease.lost.signal;
     if (lost.aborted) return GONE;
     const wake = new WakeSignal();
-    let noticed = false;
-    const notify = (): void => {
-      noticed = true;
-      wake.notify();
-    };
+    const notify = (): void => wake.notify();
     lost.addEventListener('abort', notify, { once: true });
     const unwatch =
       'predecessor' in wait
@@ -282,8 +278,8 @@ export class EtcdProtocol implements QueueDriver<Claim, Wait> {
       unwatch();
       lost.removeEventListener('abort', notify);
     }
-    if (lost.aborted) return GONE;
-    return noticed || ms > poll ? undefined : { kind: 'behind', wait };
+    // Core re-reads after a notice or a poll, and leaves without a re-read when the wait ran out at the deadline.
+    return lost.aborted ? GONE : undefined;
   }
 
   /**

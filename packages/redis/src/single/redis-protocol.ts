@@ -74,8 +74,6 @@ export interface Claim {
    * of it must not be taken for a new hand-off: the lock may belong to someone else by now.
    */
   spent: bigint;
-  /** The last standing Redis reported: past the deadline, a re-check answers with it (core gives up next). */
-  last: Standing<Wait> | undefined;
 }
 
 /** What a queued claim waits for, besides a hand-off: the holder's lease running out (0: look again at once). */
@@ -188,7 +186,6 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
       lastMiss: request.calledAt,
       roundTripMs: 0,
       spent: 0n,
-      last: undefined,
     };
   }
 
@@ -203,12 +200,10 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
 
   /**
    * The acquire script again, with the same token: it keeps the claim's place in the queue, or finds the lock
-   * already handed to it. Past the deadline there is nothing to look for: core gives up next, and the give-up
-   * script itself keeps a hand-off that came at the last moment.
+   * already handed to it. (Core does not re-check after a wait that ran out at the deadline: it gives up, and the
+   * give-up script itself keeps a hand-off that came at the last moment.)
    */
   check(claim: Claim): Promise<Standing<Wait>> {
-    const { last, call } = claim;
-    if (last !== undefined && this.#clock.monotonic() >= (call.deadline ?? 0)) return Promise.resolve(last);
     return this.#acquire(claim);
   }
 
@@ -308,14 +303,12 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
     // Refused without queueing: nothing of this claim is in Redis.
     if (!call.queue) claim.placed = false;
     const pttl = reply.pttl;
-    const standing: Standing<Wait> = {
+    return {
       kind: 'behind',
       wait: { recheckInMs: pttl > 0 ? pttl + EXPIRY_SLACK_MS : UNKNOWN_EXPIRY_RECHECK_MS },
       // Only a fresh answer is a hint; a queued claim's would be as old as its wait by the time core passed it on.
       ...(!call.queue && pttl > 0 ? { holderExpiresInMs: pttl } : {}),
     };
-    claim.last = standing;
-    return standing;
   }
 
   /**
