@@ -69,11 +69,6 @@ interface Written {
 const POLL_FLOOR_MS = 5_000;
 /** Pause before re-reading after a failed re-read, so an unreachable etcd is not hammered. */
 const RETRY_PAUSE_MS = 100;
-/**
- * Bound of one try to take a claim's key back. The request leaves at once, and etcd applies it even if its answer
- * is lost; a try that waited out the whole request timeout for that answer would only hold up the next.
- */
-const UNDO_TRY_MS = 1_000;
 
 const GONE = { kind: 'gone' } as const;
 const PAUSE: Standing<Wait> = { kind: 'behind', wait: { pauseMs: RETRY_PAUSE_MS } };
@@ -129,7 +124,11 @@ export class EtcdProtocol implements QueueDriver<Claim, Wait> {
     this.#watch = parts.watch;
     this.#cleanups = parts.cleanups;
     this.#prefix = parts.prefix;
-    this.#undoTryMs = Math.min(parts.requests.timeoutMs, UNDO_TRY_MS);
+    // One try to take a claim back is bounded like any request, not shorter: what makes the undo land in time is
+    // that it leaves the moment core gives up (etcd applies it even if its answer is lost). A shorter bound only
+    // adds timeouts during a leader election, and each timeout counts toward etcd3's per-host circuit breaker,
+    // which then shuts the host for 5 s.
+    this.#undoTryMs = parts.requests.timeoutMs;
   }
 
   /** `startedAt` is the call's start (the same after a restart): a claim's validity counts from there. */
@@ -285,7 +284,7 @@ export class EtcdProtocol implements QueueDriver<Claim, Wait> {
   /**
    * Takes our key out of the queue (giving the lock back if it was granted): revokes a lease of its own, which
    * deletes the key in the same raft entry, or deletes the key from the session, guarded by its create revision.
-   * Each try is bounded by `UNDO_TRY_MS`; core retries in the background. With the revision unknown (the write's
+   * Each try is bounded by `requestTimeoutMs`; core retries in the background. With the revision unknown (the write's
    * answer is lost) the delete is unguarded and the slot is never reused by this service, so it can only hit that
    * write; while the write may still land, the try counts as failed, so that one more delete follows it.
    */
