@@ -52,7 +52,15 @@ export class Ledger {
       db = new Kysely<DemoDatabase>({ dialect: new PGliteDialect({ pglite: new PGlite() }) });
     } else {
       await probePostgres(spec.url);
-      const pool = new pg.Pool({ connectionString: spec.url, max: 4, connectionTimeoutMillis: 5_000 });
+      // The probe above already answered "unreachable" quickly; from here on a slow connect is a busy machine, not
+      // a dead server (a CI run once lost a scenario to a 5 s connect bound). Ledger calls run one at a time, so one
+      // connection kept open for the whole run also spares the reconnects pg's 10 s idle default would cause.
+      const pool = new pg.Pool({
+        connectionString: spec.url,
+        max: 2,
+        idleTimeoutMillis: 0,
+        connectionTimeoutMillis: 20_000,
+      });
       pool.on('error', () => {}); // an idle client's error is reported by the next query that uses the pool
       db = new Kysely<DemoDatabase>({ dialect: new PostgresDialect({ pool }) });
     }
