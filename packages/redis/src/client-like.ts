@@ -1,54 +1,17 @@
 /**
- * The small part of node-redis (`redis` ^5 or ^6) each service calls. A `createClient()` client satisfies all four
- * interfaces; declaring them here keeps `redis` a peer dependency the adapter never imports. At run time the services
- * also check that each client is a node-redis 5 or 6 client (see `client-kind.ts`): ioredis and node-redis 4 have
- * methods of the same names with other contracts.
+ * The public type of the clients the services take. It is deliberately loose: the adapter imports no client
+ * library (each is a peer dependency the user brings), and one structural type cannot spell out four libraries'
+ * generics. What a client really is — node-redis 5 or 6 `createClient`/`createCluster`, ioredis 5 or 6
+ * `Redis`/`Cluster` — is checked at construction (`clients/detect.ts`), with an `InvalidArgumentError` that names
+ * what was passed and what is supported.
  */
-
-/** Receives one pub/sub message. */
-export type MessageListener = (message: string, channel: string) => void;
-
-/** A connected node-redis client: lock commands go through it, as raw commands with Lua scripts. */
 export interface RedisClientLike {
-  sendCommand(args: readonly string[]): Promise<unknown>;
-  /** node-redis sets this while the connection is up; calls fail fast instead of queueing while it is false. */
-  readonly isReady?: boolean;
-  /** Used to make the subscriber connection when none is passed. */
-  duplicate(): RedisSubscriberLike;
+  /** Every supported client has it: the service derives its pub/sub connection from the client with it. */
+  duplicate(...args: never[]): unknown;
 }
 
-/** A connection for pub/sub only (node-redis puts a subscribed RESP2 connection into subscriber mode). */
-export interface RedisSubscriberLike {
-  readonly isOpen: boolean;
-  readonly isReady: boolean;
-  connect(): Promise<unknown>;
-  subscribe(channel: string, listener: MessageListener): Promise<unknown>;
-  unsubscribe(channel: string, listener?: MessageListener): Promise<unknown>;
-  on(event: string, listener: () => void): unknown;
-  off(event: string, listener: () => void): unknown;
-  /** Closes the connection (the adapter only closes subscribers it created). */
-  close(): Promise<unknown>;
-  destroy(): void;
-  /** Lets the process exit while only this connection is open. */
-  unref?(): void;
-}
+/** A pub/sub connection you pass yourself: a connected client of the same kind as `client`. */
+export type RedisSubscriberLike = RedisClientLike;
 
-/** What Redlock calls on each node's client. */
-export interface RedlockClientLike {
-  /** Sends one raw command. The abort signal removes a command that has not been written yet. */
-  sendCommand(args: readonly string[], options?: { abortSignal?: AbortSignal }): Promise<unknown>;
-  /** When false the node is known to be disconnected and is answered as failed at once, not after a timeout. */
-  readonly isReady?: boolean;
-  /** A new, unconnected client with the same options; used only for the pub/sub connection behind `watch`. */
-  duplicate(): RedlockSubscriberLike;
-}
-
-/** What Redlock's `watch` needs of the duplicated connection. */
-export interface RedlockSubscriberLike {
-  on(event: 'error', listener: (error: unknown) => void): unknown;
-  connect(): Promise<unknown>;
-  subscribe(channel: string, listener: (message: string, channel: string) => void): Promise<unknown>;
-  unsubscribe(channel: string, listener: (message: string, channel: string) => void): Promise<unknown>;
-  /** Closes the connection at once, dropping anything pending. */
-  destroy(): void;
-}
+/** A Redlock node's client: a connected node-redis 5 or 6 client or an ioredis 5 or 6 `Redis` (not a cluster). */
+export type RedlockClientLike = RedisClientLike;

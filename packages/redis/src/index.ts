@@ -1,4 +1,6 @@
-export type { MessageListener, RedisClientLike, RedisSubscriberLike } from './client-like.js';
+export type { RedisClientLike, RedisSubscriberLike } from './client-like.js';
+/** The listener type of a pub/sub message (kept for 0.1 users; the services no longer take listeners). */
+export type { MessageListener } from './clients/connection.js';
 export {
   DEFAULT_KEY_PREFIX,
   encodeLockName,

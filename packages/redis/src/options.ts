@@ -1,21 +1,26 @@
 import { type Clock, InvalidArgumentError, MAX_TIMER_MS, systemClock } from '@dlock/core';
 import { rejectUnknownKeys } from '@dlock/core/adapter';
-import { checkNodeRedisClient } from './client-kind.js';
 import type { RedisClientLike, RedisSubscriberLike, RedlockClientLike } from './client-like.js';
+import type { RedisConnection, RedisSubscription } from './clients/connection.js';
+import { connectionOf, subscriptionOf } from './clients/detect.js';
 import { DEFAULT_KEY_PREFIX, DEFAULT_REDLOCK_PREFIX, validateKeyPrefix } from './keys.js';
 
 /**
- * The options of both services, checked at construction before any I/O: both take node-redis clients (see
- * `client-kind.ts`), a key prefix, a bound on each request, a fence retention and a clock, under the names every
+ * The options of both services, checked at construction before any I/O: both take Redis clients of the supported
+ * families (see `clients/detect.ts`), a key prefix, a bound on each request, a fence retention and a clock, under the names every
  * dlock adapter uses, and must reject the same bad values with the same messages.
  */
 
 export interface RedisLockServiceOptions {
-  /** A connected node-redis client (`createClient(...)` after `await connect()`). The caller owns and closes it. */
+  /**
+   * A connected client: node-redis 5 or 6 (`createClient`, or `createCluster` for a Redis Cluster) or ioredis 5 or 6
+   * (`new Redis(...)` or `new Cluster(...)`), in RESP2 or RESP3. The caller owns and closes it.
+   */
   readonly client: RedisClientLike;
   /**
-   * A connection for pub/sub. Default: `client.duplicate()`, which the service connects, owns and closes in
-   * `close()`. A subscriber you pass must be connected by you; the service only subscribes it.
+   * A connection for pub/sub, of the same kind as `client`. Default: `client.duplicate()` (with sharded subscribers
+   * on an ioredis Cluster), which the service connects, owns and closes in `close()`. A subscriber you pass must be
+   * connected by you; the service only subscribes it (on a cluster, to sharded channels).
    */
   readonly subscriber?: RedisSubscriberLike;
   /** Prefix of every key and channel, without `{` or `}`. Default `"dlock:"`. */
@@ -40,7 +45,8 @@ export interface RedisLockServiceOptions {
 
 export interface RedlockServiceOptions {
   /**
-   * Connected node-redis clients, one per independent Redis node (not replicas of each other, not one cluster).
+   * Connected clients, one per independent Redis node (not replicas of each other, not one cluster): node-redis 5
+   * or 6 (`createClient`) or ioredis 5 or 6 (`new Redis(...)`), in any mix.
    * An odd number, 3 or 5, is usual: a lock needs a majority, `floor(N / 2) + 1`, of them.
    */
   readonly clients: readonly RedlockClientLike[];
@@ -66,8 +72,8 @@ export interface RedlockServiceOptions {
 export const DEFAULT_FENCE_RETENTION_MS = 7 * 24 * 3_600_000;
 
 export interface ResolvedRedisOptions {
-  readonly client: RedisClientLike;
-  readonly subscriber: RedisSubscriberLike | undefined;
+  readonly client: RedisConnection;
+  readonly subscriber: RedisSubscription | undefined;
   readonly keyPrefix: string;
   readonly requestTimeoutMs: number;
   readonly fenceRetentionMs: number;
@@ -75,7 +81,7 @@ export interface ResolvedRedisOptions {
 }
 
 export interface ResolvedRedlockOptions {
-  readonly clients: readonly RedlockClientLike[];
+  readonly clients: readonly RedisConnection[];
   readonly keyPrefix: string;
   readonly requestTimeoutMs: number;
   readonly fenceRetentionMs: number;
@@ -102,21 +108,16 @@ const REDLOCK_KEYS = [
 ] as const;
 
 export function resolveRedisOptions(options: unknown): ResolvedRedisOptions {
-  const o = checkOptionsObject(options, REDIS_KEYS, 'a connected node-redis `client`');
-  checkNodeRedisClient(o['client'], 'options.client');
+  const o = checkOptionsObject(options, REDIS_KEYS, 'a connected Redis `client`');
+  const client = connectionOf(o['client'], 'options.client', { allowCluster: true });
   const subscriber = o['subscriber'];
-  if (subscriber !== undefined) {
-    checkNodeRedisClient(subscriber, 'options.subscriber');
-    if (subscriber === o['client']) {
-      throw new InvalidArgumentError(
-        'options.subscriber',
-        'must be a separate connection from options.client',
-      );
-    }
+  if (subscriber !== undefined && subscriber === o['client']) {
+    throw new InvalidArgumentError('options.subscriber', 'must be a separate connection from options.client');
   }
   return {
-    client: o['client'] as RedisClientLike,
-    subscriber: subscriber as RedisSubscriberLike | undefined,
+    client,
+    subscriber:
+      subscriber === undefined ? undefined : subscriptionOf(subscriber, 'options.subscriber', client),
     keyPrefix: o['keyPrefix'] === undefined ? DEFAULT_KEY_PREFIX : validateKeyPrefix(o['keyPrefix']),
     // The old name took fractions of a millisecond; it still does.
     requestTimeoutMs: requestTimeout(o, 'commandTimeoutMs', false) ?? 5_000,
@@ -129,17 +130,17 @@ export function resolveRedlockOptions(options: unknown): ResolvedRedlockOptions 
   const o = checkOptionsObject(options, REDLOCK_KEYS, '`clients`');
   const clients = o['clients'];
   if (!Array.isArray(clients) || clients.length === 0) {
-    throw new InvalidArgumentError('options.clients', 'must be a non-empty array of node-redis clients');
+    throw new InvalidArgumentError('options.clients', 'must be a non-empty array of Redis clients');
   }
-  clients.forEach((client: unknown, i) => {
-    checkNodeRedisClient(client, `options.clients[${i}]`);
-  });
+  const connections = clients.map((client: unknown, i) =>
+    connectionOf(client, `options.clients[${i}]`, { allowCluster: false }),
+  );
   // One node counted twice would let a single Redis make up a "majority".
   if (new Set(clients).size !== clients.length) {
     throw new InvalidArgumentError('options.clients', 'must not contain the same client twice');
   }
   return {
-    clients: clients as RedlockClientLike[],
+    clients: connections,
     keyPrefix: o['keyPrefix'] === undefined ? DEFAULT_REDLOCK_PREFIX : validateKeyPrefix(o['keyPrefix']),
     requestTimeoutMs: requestTimeout(o, 'nodeTimeoutMs', true) ?? 250,
     fenceRetentionMs: fenceRetention(o['fenceRetentionMs']),

@@ -1,6 +1,7 @@
 import { InvalidArgumentError, LockClient } from '@dlock/core';
-import { REDIS_URL } from '@dlock/test-utils';
-import { createClient } from 'redis';
+import { REDIS_URL, startTcpProxy } from '@dlock/test-utils';
+import { Redis as IORedis, Cluster as IORedisCluster } from 'ioredis';
+import { createClient, createCluster } from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RedisClientLike, RedisLockService, type RedisSubscriberLike } from '../src/index.js';
 import { connect, disconnect, type Redis } from './helpers.js';
@@ -14,12 +15,16 @@ afterAll(async () => {
 });
 
 describe('RedisLockService options', () => {
-  it('accepts node-redis clients as they come from createClient (checked by the compiler)', () => {
+  it('takes every supported client type as it comes from its library (checked by the compiler)', () => {
     const fresh = createClient({ url: REDIS_URL });
-    const asClient: RedisClientLike = fresh;
+    const cluster = createCluster({ rootNodes: [{ url: REDIS_URL }] });
+    const io = new IORedis({ lazyConnect: true });
+    const ioCluster = new IORedisCluster([{ host: '127.0.0.1', port: 6379 }], { lazyConnect: true });
+    const clients: RedisClientLike[] = [fresh, cluster, io, ioCluster, fresh.duplicate()];
     const asSubscriber: RedisSubscriberLike = fresh.duplicate();
-    expect(typeof asClient.sendCommand).toBe('function');
-    expect(typeof asSubscriber.subscribe).toBe('function');
+    for (const each of [...clients, asSubscriber]) expect(typeof each.duplicate).toBe('function');
+    io.disconnect();
+    ioCluster.disconnect();
   });
 
   it('refuses bad options before touching Redis', () => {
@@ -109,9 +114,17 @@ describe('RedisLockService options', () => {
     await b.close();
   });
 
-  it('fails fast, without queueing the command, while the client is not connected', async () => {
-    const offline = createClient({ url: REDIS_URL });
+  it('refuses a client that was never connected, and fails fast while a connected one reconnects', async () => {
+    expect(() => new RedisLockService({ client: createClient({ url: REDIS_URL }) })).toThrow(
+      /options\.client got a node-redis 5 or 6 client, but it is not connected/,
+    );
+    const proxy = await startTcpProxy({ targetPort: Number(new URL(REDIS_URL).port || 6379) });
+    const offline = await connect(`redis://127.0.0.1:${proxy.port}`);
     const service = new RedisLockService({ client: offline });
+    proxy.mode = 'refuse';
+    proxy.resetAll();
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(offline.isOpen && !offline.isReady).toBe(true);
     const started = performance.now();
     await expect(
       service.acquire({
@@ -124,6 +137,8 @@ describe('RedisLockService options', () => {
     ).rejects.toMatchObject({ code: 'TRANSPORT' });
     expect(performance.now() - started).toBeLessThan(500);
     await service.close();
+    offline.destroy();
+    await proxy.close();
   });
 
   it('closes the subscriber it made, and only that one', async () => {

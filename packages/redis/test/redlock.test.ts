@@ -9,6 +9,7 @@ import {
 import { lockServiceContract } from '@dlock/testing/contract';
 import { createClient } from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { connectionOf } from '../src/clients/detect.js';
 import { redlockKeys } from '../src/keys.js';
 import { RedlockService } from '../src/redlock/index.js';
 import { RedisRedlockNode } from '../src/redlock/redis-node.js';
@@ -153,7 +154,7 @@ afterAll(async () => {
 describe('the per-node scripts on a real server', () => {
   const signal = new AbortController().signal;
   const node = (): RedisRedlockNode =>
-    new RedisRedlockNode(clients[0] as Client, {
+    new RedisRedlockNode(connectionOf(clients[0], 'client', { allowCluster: false }), {
       prefix: 'dlock:redlock:',
       fenceRetentionMs: 60_000,
       label: 'n0',

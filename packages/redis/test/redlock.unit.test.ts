@@ -3,6 +3,7 @@ import { FakeClock } from '@dlock/testing';
 import fc from 'fast-check';
 import { createClient } from 'redis';
 import { describe, expect, it } from 'vitest';
+import type { RedisConnection, RedisSubscription } from '../src/clients/connection.js';
 import { hashTagOf, redlockKeys } from '../src/keys.js';
 import { RedlockService, type RedlockServiceOptions } from '../src/redlock/index.js';
 import type { NodeRelease } from '../src/redlock/node.js';
@@ -11,8 +12,29 @@ import { RedlockReleaseWatch } from '../src/redlock/redlock-release-watch.js';
 import { type Outcome, RoundDeadlines, runRound } from '../src/redlock/round.js';
 import { ModelNode, World } from './redlock-model.js';
 
-// Unconnected clients: constructing a service sends nothing.
-const fresh = () => createClient({ url: 'redis://127.0.0.1:1' });
+/**
+ * A node-redis client as it looks while it reconnects (open, not ready): accepted, and since the service sends
+ * nothing to a client that is not ready, these tests touch no network.
+ */
+const fresh = () => {
+  const fail = async (): Promise<never> => {
+    throw new Error('this test sends nothing');
+  };
+  const client = {
+    isOpen: true,
+    isReady: false,
+    sendCommand: fail,
+    duplicate: () => client,
+    connect: fail,
+    subscribe: fail,
+    unsubscribe: fail,
+    on: () => client,
+    off: () => client,
+    close: fail,
+    destroy: () => {},
+  };
+  return client;
+};
 
 describe('RedlockService options', () => {
   it('needs a majority of N: floor(N / 2) + 1', () => {
@@ -285,23 +307,34 @@ describe('QuorumLock under contention and abandonment (in-process nodes)', () =>
 describe('RedlockReleaseWatch', () => {
   /** One node whose subscriber hands its message listener to the test. */
   function node() {
-    const listeners = new Map<string, (message: string, channel: string) => void>();
-    const subscriber = {
-      on: () => subscriber,
+    const listeners = new Map<string, (message: string) => void>();
+    const subscriber: RedisSubscription = {
+      isOpen: true,
+      isReady: true,
       connect: async () => {},
-      subscribe: async (channel: string, listener: (message: string, channel: string) => void) => {
+      subscribe: async (channel, listener) => {
         listeners.set(channel, listener);
       },
-      unsubscribe: async (channel: string) => {
+      unsubscribe: async (channel) => {
         listeners.delete(channel);
       },
+      onReconnect: () => () => {},
+      close: async () => {},
       destroy: () => {},
+      detach: () => {},
     };
-    const client = { sendCommand: async () => null, duplicate: () => subscriber };
+    const client: RedisConnection = {
+      description: 'a fake node',
+      cluster: false,
+      isReady: () => true,
+      send: async () => null,
+      masterOf: () => undefined,
+      duplicate: () => subscriber,
+    };
     return {
       client,
       publish: (message: unknown) => {
-        for (const listener of listeners.values()) listener(message as string, '');
+        for (const listener of listeners.values()) listener(message as string);
       },
     };
   }

@@ -1,5 +1,5 @@
 import { TransportError } from '@dlock/core';
-import type { RedlockClientLike } from '../client-like.js';
+import type { RedisConnection } from '../clients/connection.js';
 import { redlockKeys } from '../keys.js';
 import type { LuaScript } from '../lua-script.js';
 import type {
@@ -33,17 +33,14 @@ function int(value: unknown): number {
   return Number.NaN;
 }
 
-/** One Redlock node on a node-redis client: each operation is one Lua script, so it is atomic on that node. */
+/** One Redlock node on a node-redis or ioredis client: each operation is one Lua script, so it is atomic on that node. */
 export class RedisRedlockNode implements RedlockNode {
   readonly label: string;
-  readonly #client: RedlockClientLike;
+  readonly #client: RedisConnection;
   readonly #prefix: string;
   readonly #retention: string;
 
-  constructor(
-    client: RedlockClientLike,
-    options: { prefix: string; fenceRetentionMs: number; label: string },
-  ) {
+  constructor(client: RedisConnection, options: { prefix: string; fenceRetentionMs: number; label: string }) {
     this.#client = client;
     this.#prefix = options.prefix;
     this.#retention = String(options.fenceRetentionMs);
@@ -135,14 +132,15 @@ export class RedisRedlockNode implements RedlockNode {
       ...(retryArgs === undefined ? {} : { retryArgs }),
       // The node lost its cache: load every script now, so the others (renewals above all) find it in place.
       onNoScript: () => {
-        for (const each of SCRIPTS) this.#client.sendCommand(['SCRIPT', 'LOAD', each.source]).catch(() => {});
+        for (const each of SCRIPTS)
+          this.#client.send(['SCRIPT', 'LOAD', each.source], undefined).catch(() => {});
       },
     });
   }
 
   async #send(command: string[], signal: AbortSignal): Promise<unknown> {
     // A client that is reconnecting would park the command in its offline queue until our deadline: say so now.
-    if (this.#client.isReady === false) throw new TransportError(`${this.label} is not connected`);
-    return this.#client.sendCommand(command, { abortSignal: signal });
+    if (!this.#client.isReady()) throw new TransportError(`${this.label} is not connected`);
+    return this.#client.send(command, undefined, signal);
   }
 }

@@ -1,5 +1,5 @@
 import type { Clock } from '@dlock/core';
-import type { RedlockClientLike, RedlockSubscriberLike } from '../client-like.js';
+import type { RedisConnection, RedisSubscription } from '../clients/connection.js';
 import { redlockKeys } from '../keys.js';
 
 interface Channel {
@@ -25,17 +25,17 @@ interface Channel {
  * are at different distances).
  */
 export class RedlockReleaseWatch {
-  readonly #clients: readonly RedlockClientLike[];
+  readonly #clients: readonly RedisConnection[];
   readonly #prefix: string;
-  readonly #subscribers: (Promise<RedlockSubscriberLike> | undefined)[];
-  readonly #opened = new Set<RedlockSubscriberLike>();
+  readonly #subscribers: (Promise<RedisSubscription> | undefined)[];
+  readonly #opened = new Set<RedisSubscription>();
   readonly #channels = new Map<string, Channel>();
   readonly #clock: Clock;
   readonly #jitterMs: () => number;
   #closed = false;
 
   constructor(
-    clients: readonly RedlockClientLike[],
+    clients: readonly RedisConnection[],
     prefix: string,
     options: { readonly clock: Clock; readonly jitterMs: () => number },
   ) {
@@ -126,14 +126,13 @@ export class RedlockReleaseWatch {
     }
   }
 
-  #subscriber(index: number): Promise<RedlockSubscriberLike> {
+  #subscriber(index: number): Promise<RedisSubscription> {
     const existing = this.#subscribers[index];
     if (existing) return existing;
     if (this.#closed) return Promise.reject(new Error('closed'));
     const opening = (async () => {
-      const subscriber = (this.#clients[index] as RedlockClientLike).duplicate();
-      // A subscriber that loses its node reconnects (and resubscribes) on its own; its errors need a listener.
-      subscriber.on('error', () => {});
+      const subscriber = (this.#clients[index] as RedisConnection).duplicate();
+      // A subscriber that loses its node reconnects (and resubscribes) on its own; the adapter listens to its errors.
       this.#opened.add(subscriber);
       try {
         await subscriber.connect();

@@ -7,7 +7,7 @@ import {
   TransportError,
 } from '@dlock/core';
 import type { QueueDriver, Standing } from '@dlock/core/adapter';
-import type { RedisClientLike } from '../client-like.js';
+import type { RedisConnection } from '../clients/connection.js';
 import { unexpectedReply } from '../errors.js';
 import { type LockKeys, lockKeys } from '../keys.js';
 import type { LuaScript, SendCommand } from '../lua-script.js';
@@ -127,7 +127,7 @@ function keyList(keys: LockKeys): string[] {
 }
 
 export interface RedisProtocolParts {
-  readonly client: RedisClientLike;
+  readonly client: RedisConnection;
   readonly scripts: LockScripts;
   readonly deadlines: Deadlines;
   readonly clock: Clock;
@@ -145,7 +145,7 @@ export interface RedisProtocolParts {
  * (queue, wait, re-check, leave on deadline, abort or failure); these are its steps.
  */
 export class RedisProtocol implements QueueDriver<Claim, Wait> {
-  readonly #client: RedisClientLike;
+  readonly #client: RedisConnection;
   readonly #scripts: LockScripts;
   readonly #deadlines: Deadlines;
   readonly #clock: Clock;
@@ -155,10 +155,10 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
   readonly #watch: RedisReleaseWatch;
   readonly #send: SendCommand = (args) => {
     // Fail fast rather than sit in node-redis' offline queue and run after the caller gave up (node-redis #1039).
-    if (this.#client.isReady === false) {
+    if (!this.#client.isReady()) {
       return Promise.reject(new TransportError('the Redis client is not connected'));
     }
-    return this.#client.sendCommand(args);
+    return this.#client.send(args, undefined);
   };
 
   constructor(parts: RedisProtocolParts) {

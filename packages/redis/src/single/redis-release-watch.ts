@@ -1,24 +1,23 @@
 import type { Clock } from '@dlock/core';
-import type { MessageListener, RedisClientLike, RedisSubscriberLike } from '../client-like.js';
+import type { MessageListener, RedisConnection, RedisSubscription } from '../clients/connection.js';
 import type { Deadlines } from './deadlines.js';
 import { Waiter } from './waiter.js';
 
 /** A hand-off message: "<ownership token> <fencing token>". */
 const HAND_OFF = /^(\S+) (\d+)$/;
 
-/** node-redis throws when destroying a client that is already closed: that is the state we wanted anyway. */
-function destroyQuietly(sub: RedisSubscriberLike): void {
+function destroyQuietly(sub: RedisSubscription): void {
   try {
     sub.destroy();
   } catch {
-    // already closed
+    // already closed: the state we wanted anyway
   }
 }
 
 export interface ReleaseWatchOptions {
-  readonly client: RedisClientLike;
+  readonly client: RedisConnection;
   /** A subscriber the caller owns; without one the watch duplicates `client` and owns that connection. */
-  readonly subscriber: RedisSubscriberLike | undefined;
+  readonly subscriber: RedisSubscription | undefined;
   /** This service's own channel: grants handed to its queued waiters arrive here. */
   readonly channel: string;
   readonly deadlines: Deadlines;
@@ -38,7 +37,8 @@ export class RedisReleaseWatch {
     string,
     { readonly callbacks: Set<() => void>; readonly listener: MessageListener }
   >();
-  #subscriber: RedisSubscriberLike | undefined;
+  #subscriber: RedisSubscription | undefined;
+  #offReconnect: (() => void) | undefined;
   #ready: Promise<void> | undefined;
   /** The service channel is subscribed on the current connection. */
   #subscribed = false;
@@ -50,9 +50,6 @@ export class RedisReleaseWatch {
   // The subscriber (re)connected: messages sent while it was down are lost, so every waiter looks again.
   readonly #onReady = (): void => {
     for (const waiter of this.#waiters.values()) waiter.deliver({ kind: 'recheck' });
-  };
-  readonly #onError = (): void => {
-    // node-redis reconnects by itself; an 'error' event without a listener would crash the process.
   };
   // Called by the client library: an exception here would escape into its socket handler and crash the process.
   readonly #onGrant: MessageListener = (message) => {
@@ -158,7 +155,7 @@ export class RedisReleaseWatch {
     this.#watchers.clear();
     this.#waiters.clear();
     if (!sub) return;
-    sub.off('ready', this.#onReady);
+    this.#offReconnect?.();
     if (this.#options.subscriber) {
       // Not ours to close: take all our channels off it (the wake-up channel and every watched release channel),
       // without waiting long for a server that may be gone.
@@ -170,7 +167,7 @@ export class RedisReleaseWatch {
           ...watched.map(([channel, { listener }]) => bound(sub.unsubscribe(channel, listener))),
         ]);
       }
-      sub.off('error', this.#onError);
+      sub.detach();
       return;
     }
     if (!sub.isOpen) return;
@@ -179,14 +176,11 @@ export class RedisReleaseWatch {
       .catch(() => destroyQuietly(sub));
   }
 
-  #subscriberNow(): RedisSubscriberLike {
+  #subscriberNow(): RedisSubscription {
     if (this.#subscriber) return this.#subscriber;
     const own = this.#options.subscriber === undefined;
     const sub = this.#options.subscriber ?? this.#options.client.duplicate();
-    sub.on('error', this.#onError);
     if (own) {
-      // Our own connection must not keep the process alive; a pending wait keeps it alive with its timer.
-      sub.unref?.();
       sub.connect().catch(() => {
         // A failed first connect shows up as ready() returning false; the next ready() starts afresh.
         if (this.#subscriber === sub) this.#reset(sub);
@@ -199,13 +193,16 @@ export class RedisReleaseWatch {
     return sub;
   }
 
-  #reset(sub: RedisSubscriberLike): void {
+  #reset(sub: RedisSubscription): void {
     this.#subscriber = undefined;
     this.#ready = undefined;
     this.#subscribed = false;
-    sub.off('ready', this.#onReady);
-    sub.off('error', this.#onError);
-    if (!this.#options.subscriber) destroyQuietly(sub);
+    this.#offReconnect?.();
+    this.#offReconnect = undefined;
+    if (!this.#options.subscriber) {
+      sub.detach();
+      destroyQuietly(sub);
+    }
   }
 
   async #start(): Promise<void> {
@@ -220,7 +217,7 @@ export class RedisReleaseWatch {
     if (!this.#closed && this.#subscriber === sub) {
       this.#subscribed = true;
       this.#degradedSince = undefined;
-      sub.on('ready', this.#onReady);
+      this.#offReconnect = sub.onReconnect(this.#onReady);
     }
   }
 
@@ -235,7 +232,7 @@ export class RedisReleaseWatch {
     this.#waiters.get(owner)?.deliver({ kind: 'granted', fence: BigInt(fence) });
   }
 
-  #quietly(action: (sub: RedisSubscriberLike) => Promise<unknown>): void {
+  #quietly(action: (sub: RedisSubscription) => Promise<unknown>): void {
     if (this.#closed) return;
     let pending: Promise<unknown>;
     try {

@@ -1,0 +1,178 @@
+import type { MessageListener, RedisConnection, RedisSubscription } from './connection.js';
+import { messageText, normalizeReply } from './replies.js';
+
+/** What the adapter calls on an ioredis 5 or 6 `Redis` or `Cluster`; checked by `detect.ts`. */
+export interface IORedisClient {
+  readonly status: string;
+  readonly isCluster: boolean;
+  call(command: string, ...args: string[]): Promise<unknown>;
+  on(event: string, listener: (...args: unknown[]) => void): unknown;
+  off(event: string, listener: (...args: unknown[]) => void): unknown;
+  connect(): Promise<unknown>;
+  quit(): Promise<unknown>;
+  disconnect(): void;
+  subscribe(...channels: string[]): Promise<unknown>;
+  unsubscribe(...channels: string[]): Promise<unknown>;
+  ssubscribe(...channels: string[]): Promise<unknown>;
+  sunsubscribe(...channels: string[]): Promise<unknown>;
+  /** `Redis`: the TCP socket of the current connection. */
+  readonly stream?: { unref?(): void } | undefined;
+  /** `Cluster`: slot → node keys ("host:port"), the master first. */
+  readonly slots?: readonly (readonly string[] | undefined)[];
+}
+
+export interface IORedisStandalone extends IORedisClient {
+  duplicate(override?: Record<string, unknown>): IORedisClient;
+}
+
+export interface IORedisCluster extends IORedisClient {
+  duplicate(startupNodes?: unknown[], override?: Record<string, unknown>): IORedisClient;
+}
+
+/** States in which ioredis will never send again without a `connect()`. */
+const CLOSED = new Set(['end', 'close']);
+
+/**
+ * A pub/sub connection on ioredis. ioredis delivers every message through one emitter event per connection, so this
+ * keeps the channel → listeners map itself and resubscribes nothing: ioredis does that on reconnect.
+ */
+class IORedisSubscription implements RedisSubscription {
+  readonly #channels = new Map<string, Set<MessageListener>>();
+  readonly #reconnects = new Set<() => void>();
+  readonly #events: readonly [string, string];
+  #connectedOnce: boolean;
+  readonly #onMessage = (channel: unknown, message: unknown): void => {
+    const listeners = typeof channel === 'string' ? this.#channels.get(channel) : undefined;
+    const text = messageText(message);
+    if (listeners === undefined || text === undefined) return;
+    for (const listener of [...listeners]) {
+      // Called from ioredis' socket handler: an exception here would crash the process.
+      try {
+        listener(text);
+      } catch {
+        // the listener's own failure is not the connection's
+      }
+    }
+  };
+  readonly #onReady = (): void => {
+    this.#unref();
+    if (!this.#connectedOnce) {
+      this.#connectedOnce = true;
+      return;
+    }
+    for (const callback of [...this.#reconnects]) callback();
+  };
+  // ioredis reconnects by itself; an 'error' event without a listener would crash the process.
+  readonly #onError = (): void => {};
+
+  constructor(
+    readonly sub: IORedisClient,
+    readonly sharded: boolean,
+    readonly owned: boolean,
+  ) {
+    this.#connectedOnce = !owned;
+    this.#events = sharded ? ['smessage', 'ready'] : ['message', 'ready'];
+    sub.on('error', this.#onError);
+    sub.on(this.#events[0], this.#onMessage);
+    sub.on(this.#events[1], this.#onReady);
+  }
+
+  get isOpen(): boolean {
+    return !CLOSED.has(this.sub.status);
+  }
+
+  get isReady(): boolean {
+    return this.sub.status === 'ready';
+  }
+
+  async connect(): Promise<void> {
+    await this.sub.connect();
+    this.#unref();
+  }
+
+  async subscribe(channel: string, listener: MessageListener): Promise<void> {
+    let listeners = this.#channels.get(channel);
+    if (!listeners) {
+      listeners = new Set();
+      this.#channels.set(channel, listeners);
+    }
+    listeners.add(listener);
+    if (listeners.size > 1) return;
+    await (this.sharded ? this.sub.ssubscribe(channel) : this.sub.subscribe(channel));
+  }
+
+  async unsubscribe(channel: string, listener: MessageListener): Promise<void> {
+    const listeners = this.#channels.get(channel);
+    if (!listeners?.delete(listener) || listeners.size > 0) return;
+    this.#channels.delete(channel);
+    await (this.sharded ? this.sub.sunsubscribe(channel) : this.sub.unsubscribe(channel));
+  }
+
+  onReconnect(callback: () => void): () => void {
+    this.#reconnects.add(callback);
+    return () => this.#reconnects.delete(callback);
+  }
+
+  async close(): Promise<void> {
+    if (this.isOpen) await this.sub.quit();
+  }
+
+  destroy(): void {
+    this.sub.disconnect();
+  }
+
+  detach(): void {
+    this.sub.off('error', this.#onError);
+    this.sub.off(this.#events[0], this.#onMessage);
+    this.sub.off(this.#events[1], this.#onReady);
+    this.#reconnects.clear();
+  }
+
+  /** A connection the adapter made must not keep the process alive; a pending wait keeps it alive by its timer. */
+  #unref(): void {
+    if (this.owned) this.sub.stream?.unref?.();
+  }
+}
+
+export class IORedisConnection implements RedisConnection {
+  readonly cluster: boolean;
+
+  constructor(
+    private readonly client: IORedisStandalone | IORedisCluster,
+    readonly description: string,
+  ) {
+    this.cluster = client.isCluster;
+  }
+
+  /**
+   * Ready, or making a connection right now (a client fresh from `new Redis()` is 'connecting', and ioredis queues
+   * commands until it is up, in order, so an undo sent later still runs after the call it undoes). Waiting out a
+   * retry delay ('reconnecting') or closed: known to be down, so calls fail at once.
+   */
+  isReady(): boolean {
+    const { status } = this.client;
+    return status === 'ready' || status === 'connecting' || status === 'connect';
+  }
+
+  /** ioredis routes by the keys it reads from the command itself (EVALSHA's numkeys included). */
+  async send(args: readonly string[], _key: string | undefined): Promise<unknown> {
+    const [command, ...rest] = args as [string, ...string[]];
+    return normalizeReply(await this.client.call(command, ...rest));
+  }
+
+  masterOf(slot: number): string | undefined {
+    const master = this.client.slots?.[slot]?.[0];
+    return typeof master === 'string' ? master : undefined;
+  }
+
+  duplicate(): RedisSubscription {
+    const sub = this.client.isCluster
+      ? (this.client as IORedisCluster).duplicate([], { lazyConnect: true, shardedSubscribers: true })
+      : (this.client as IORedisStandalone).duplicate({ lazyConnect: true });
+    return new IORedisSubscription(sub, this.cluster, true);
+  }
+
+  static adopt(sub: IORedisClient): RedisSubscription {
+    return new IORedisSubscription(sub, sub.isCluster, false);
+  }
+}

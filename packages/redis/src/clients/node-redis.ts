@@ -1,0 +1,225 @@
+import type { MessageListener, RedisConnection, RedisSubscription } from './connection.js';
+import { messageText, normalizeReply } from './replies.js';
+
+/** What the adapter calls on a node-redis 5 or 6 client (`createClient`); checked by `detect.ts`. */
+export interface NodeRedisClient {
+  readonly isOpen: boolean;
+  readonly isReady: boolean;
+  sendCommand(args: readonly string[], options?: { abortSignal?: AbortSignal }): Promise<unknown>;
+  duplicate(): NodeRedisClient;
+  connect(): Promise<unknown>;
+  subscribe(channel: string, listener: (message: unknown) => void): Promise<unknown>;
+  unsubscribe(channel: string, listener?: (message: unknown) => void): Promise<unknown>;
+  on(event: string, listener: (...args: unknown[]) => void): unknown;
+  off(event: string, listener: (...args: unknown[]) => void): unknown;
+  close(): Promise<unknown>;
+  destroy(): void;
+  unref?(): void;
+}
+
+/** What the adapter calls on a node-redis 5 or 6 cluster client (`createCluster`). */
+export interface NodeRedisCluster {
+  readonly isOpen: boolean;
+  readonly slots: readonly ({ readonly master?: { readonly address?: unknown } } | undefined)[];
+  sendCommand(
+    firstKey: string | undefined,
+    isReadonly: boolean,
+    args: readonly string[],
+    options?: { abortSignal?: AbortSignal },
+  ): Promise<unknown>;
+  duplicate(): NodeRedisCluster;
+  connect(): Promise<unknown>;
+  sSubscribe(channel: string, listener: (message: unknown) => void): Promise<unknown>;
+  sUnsubscribe(channel: string, listener?: (message: unknown) => void): Promise<unknown>;
+  on(event: string, listener: (...args: unknown[]) => void): unknown;
+  off(event: string, listener: (...args: unknown[]) => void): unknown;
+  close(): Promise<unknown>;
+  destroy(): void;
+}
+
+// node-redis reconnects by itself; an 'error' event without a listener would crash the process.
+const ignore = (): void => {};
+
+/**
+ * Listeners as node-redis calls them: each subscribe takes its own listener, and node-redis removes exactly that one
+ * on unsubscribe. This keeps, per channel, the user-facing listener → node-redis listener map so both stay in step.
+ */
+class ListenerMap {
+  readonly #channels = new Map<string, Map<MessageListener, (message: unknown) => void>>();
+
+  wrap(channel: string, listener: MessageListener): (message: unknown) => void {
+    let byListener = this.#channels.get(channel);
+    if (!byListener) {
+      byListener = new Map();
+      this.#channels.set(channel, byListener);
+    }
+    let wrapped = byListener.get(listener);
+    if (!wrapped) {
+      wrapped = (message: unknown) => {
+        const text = messageText(message);
+        if (text === undefined) return;
+        // Called from the library's socket handler: an exception here would crash the process.
+        try {
+          listener(text);
+        } catch {
+          // the listener's own failure is not the connection's
+        }
+      };
+      byListener.set(listener, wrapped);
+    }
+    return wrapped;
+  }
+
+  take(channel: string, listener: MessageListener): ((message: unknown) => void) | undefined {
+    const byListener = this.#channels.get(channel);
+    const wrapped = byListener?.get(listener);
+    byListener?.delete(listener);
+    if (byListener?.size === 0) this.#channels.delete(channel);
+    return wrapped;
+  }
+}
+
+/** A node-redis client or cluster connection used for pub/sub. */
+class NodeRedisSubscription implements RedisSubscription {
+  readonly #listeners = new ListenerMap();
+  readonly #reconnects = new Set<() => void>();
+  #connectedOnce = false;
+  readonly #onReady = (): void => {
+    // The first 'ready' is the connect itself; every later one is a reconnect (node-redis resubscribed by then).
+    if (!this.#connectedOnce) {
+      this.#connectedOnce = true;
+      return;
+    }
+    for (const callback of [...this.#reconnects]) callback();
+  };
+
+  constructor(
+    private readonly sub: NodeRedisClient | NodeRedisCluster,
+    private readonly sharded: boolean,
+    alreadyConnected: boolean,
+  ) {
+    this.#connectedOnce = alreadyConnected;
+    sub.on('error', ignore);
+    sub.on('ready', this.#onReady);
+  }
+
+  get isOpen(): boolean {
+    return this.sub.isOpen;
+  }
+
+  get isReady(): boolean {
+    return 'isReady' in this.sub ? this.sub.isReady : this.sub.isOpen;
+  }
+
+  async connect(): Promise<void> {
+    // Our own connection must not keep the process alive; a pending wait keeps it alive with its timer.
+    if ('unref' in this.sub) this.sub.unref?.();
+    await this.sub.connect();
+  }
+
+  async subscribe(channel: string, listener: MessageListener): Promise<void> {
+    const wrapped = this.#listeners.wrap(channel, listener);
+    if (this.sharded) await (this.sub as NodeRedisCluster).sSubscribe(channel, wrapped);
+    else await (this.sub as NodeRedisClient).subscribe(channel, wrapped);
+  }
+
+  async unsubscribe(channel: string, listener: MessageListener): Promise<void> {
+    const wrapped = this.#listeners.take(channel, listener);
+    if (wrapped === undefined) return;
+    if (this.sharded) await (this.sub as NodeRedisCluster).sUnsubscribe(channel, wrapped);
+    else await (this.sub as NodeRedisClient).unsubscribe(channel, wrapped);
+  }
+
+  onReconnect(callback: () => void): () => void {
+    this.#reconnects.add(callback);
+    return () => this.#reconnects.delete(callback);
+  }
+
+  async close(): Promise<void> {
+    if (this.sub.isOpen) await this.sub.close();
+  }
+
+  destroy(): void {
+    try {
+      this.sub.destroy();
+    } catch {
+      // node-redis throws when destroying a closed client: closed is what we wanted.
+    }
+  }
+
+  detach(): void {
+    this.sub.off('ready', this.#onReady);
+    this.sub.off('error', ignore);
+    this.#reconnects.clear();
+  }
+}
+
+export class NodeRedisConnection implements RedisConnection {
+  readonly cluster = false;
+
+  constructor(
+    private readonly client: NodeRedisClient,
+    readonly description: string,
+  ) {}
+
+  isReady(): boolean {
+    return this.client.isReady !== false;
+  }
+
+  async send(args: readonly string[], _key: string | undefined, signal?: AbortSignal): Promise<unknown> {
+    return normalizeReply(
+      await this.client.sendCommand(args, signal === undefined ? undefined : { abortSignal: signal }),
+    );
+  }
+
+  masterOf(): undefined {
+    return undefined;
+  }
+
+  duplicate(): RedisSubscription {
+    return new NodeRedisSubscription(this.client.duplicate(), false, false);
+  }
+
+  /** A subscriber connection the user passed in (already connected by them). */
+  static adopt(sub: NodeRedisClient): RedisSubscription {
+    return new NodeRedisSubscription(sub, false, true);
+  }
+}
+
+/** A script's first declared key, which node-redis routes by (ioredis finds it by itself). */
+function scriptKey(args: readonly string[]): string | undefined {
+  const command = args[0]?.toUpperCase();
+  if ((command === 'EVALSHA' || command === 'EVAL') && Number(args[2]) > 0) return args[3];
+  return undefined;
+}
+
+export class NodeRedisClusterConnection implements RedisConnection {
+  readonly cluster = true;
+
+  constructor(
+    private readonly client: NodeRedisCluster,
+    readonly description: string,
+  ) {}
+
+  isReady(): boolean {
+    return this.client.isOpen;
+  }
+
+  async send(args: readonly string[], key: string | undefined, signal?: AbortSignal): Promise<unknown> {
+    const options = signal === undefined ? undefined : { abortSignal: signal };
+    return normalizeReply(await this.client.sendCommand(key ?? scriptKey(args), false, args, options));
+  }
+
+  masterOf(slot: number): string | undefined {
+    const address = this.client.slots[slot]?.master?.address;
+    return typeof address === 'string' ? address : undefined;
+  }
+
+  duplicate(): RedisSubscription {
+    return new NodeRedisSubscription(this.client.duplicate(), true, false);
+  }
+
+  static adopt(sub: NodeRedisCluster): RedisSubscription {
+    return new NodeRedisSubscription(sub, true, true);
+  }
+}
