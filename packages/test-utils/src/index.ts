@@ -15,6 +15,7 @@ export {
   tempDir,
 } from './servers/process.js';
 export * from './servers/redis.js';
+export * from './servers/redis-cluster.js';
 export { type ProxyMode, startTcpProxy, type TcpProxy } from './servers/tcp-proxy.js';
 export * from './servers/zookeeper.js';
 
