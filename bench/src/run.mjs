@@ -4,8 +4,9 @@
  *
  *   node src/run.mjs [redis] [etcd] [zookeeper] [--quick] [--no-readme] [--provisional] [--scenarios=A,B,C]
  *
- * With no backend named: every backend whose suite (src/<backend>/index.mjs) exists and whose server accepts a
- * connection (addresses from lib/env.mjs). A named backend that cannot run is an error. Flags go to every suite.
+ * With no backend named: every backend whose suites exist and whose server accepts a connection (addresses from
+ * lib/env.mjs). A named backend that cannot run is an error. Flags go to every suite. A backend may have several
+ * suites (Redis: one per client, and the cluster), each its own child process; `redis:ioredis` runs one of them.
  * Each suite has a hard time cap; this runner kills a child that outlives it by its pid.
  */
 import { spawn } from 'node:child_process';
@@ -40,11 +41,22 @@ function answers({ host, port }) {
   });
 }
 
-const suiteFile = (backend) => fileURLToPath(new URL(`./${backend}/index.mjs`, import.meta.url));
+/** Each backend's suites, in running order: name → file under src/. */
+const SUITES = {
+  redis: {
+    'node-redis': 'redis/suites/node-redis.mjs',
+    ioredis: 'redis/suites/ioredis.mjs',
+    cluster: 'redis/suites/cluster.mjs',
+  },
+  etcd: { etcd: 'etcd/index.mjs' },
+  zookeeper: { zookeeper: 'zookeeper/index.mjs' },
+};
 
-function runChild(backend, flags) {
+const suiteFile = (file) => fileURLToPath(new URL(`./${file}`, import.meta.url));
+
+function runChild(backend, file, flags) {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [suiteFile(backend), ...flags], {
+    const child = spawn(process.execPath, [suiteFile(file), ...flags], {
       cwd: fileURLToPath(new URL('..', import.meta.url)),
       stdio: 'inherit',
     });
@@ -69,30 +81,42 @@ function runChild(backend, flags) {
 const args = process.argv.slice(2);
 const flags = args.filter((a) => a.startsWith('--'));
 const named = args.filter((a) => !a.startsWith('--'));
+const known = Object.entries(SUITES).flatMap(([b, suites]) => [
+  b,
+  ...Object.keys(suites).map((k) => `${b}:${k}`),
+]);
 for (const name of named) {
-  if (!(name in servers)) {
-    process.stderr.write(`[bench] unknown backend "${name}"; known: ${Object.keys(servers).join(', ')}\n`);
+  if (!known.includes(name)) {
+    process.stderr.write(`[bench] unknown backend "${name}"; known: ${known.join(', ')}\n`);
     process.exit(2);
   }
 }
 
+/** [backend, suite name, file] for every suite asked for, in the order of SUITES. */
+const wanted = Object.entries(SUITES).flatMap(([backend, suites]) =>
+  Object.entries(suites)
+    .filter(([suite]) => !named.length || named.includes(backend) || named.includes(`${backend}:${suite}`))
+    .map(([suite, file]) => [backend, suite, file]),
+);
+
 let failed = 0;
-for (const backend of named.length ? named : Object.keys(servers)) {
+for (const [backend, suite, file] of wanted) {
+  const label = suite === backend ? backend : `${backend}:${suite}`;
   const { host, port } = servers[backend];
-  const why = !existsSync(suiteFile(backend))
+  const why = !existsSync(suiteFile(file))
     ? 'no suite yet'
     : !(await answers(servers[backend]))
       ? `no server answers at ${host}:${port}`
       : undefined;
   if (why) {
-    process.stderr.write(`[bench] ${backend}: skipped (${why})\n`);
+    process.stderr.write(`[bench] ${label}: skipped (${why})\n`);
     if (named.length) failed += 1;
     continue;
   }
-  process.stderr.write(`[bench] ${backend}: starting\n`);
-  const code = await runChild(backend, flags);
+  process.stderr.write(`[bench] ${label}: starting\n`);
+  const code = await runChild(label, file, flags);
   if (code !== 0) {
-    process.stderr.write(`[bench] ${backend}: exited with ${code}\n`);
+    process.stderr.write(`[bench] ${label}: exited with ${code}\n`);
     failed += 1;
   }
 }

@@ -4,7 +4,7 @@
  *
  *   uncontendedTable(results)   (A) rows from runUncontended
  *   contendedTable(results)     (B) rows from runContended (one worker count per table)
- *   heldTable(results)          (C) rows from runHeld
+ *   heldTable(results, labels?) (C) rows from runHeld
  *   subjectsTable(subjects)     name, exact version and configuration of each subject
  *   markdownTable(headers, rows), fmt(value, digits)
  *   updateReadme(backend, markdown)  replaces the backend's section of bench/README.md between
@@ -121,15 +121,16 @@ export function contendedTable(results) {
   );
 }
 
-export function heldTable(results) {
+/** `labels` renames the two counted columns when a suite's counters measure something more specific. */
+export function heldTable(results, labels = {}) {
   const b = baselineOf(results) ?? {};
   const commands = has(results, 'commandsPerSec');
   return markdownTable(
     [
       'Subject',
       'held',
-      'requests/s',
-      ...(commands ? ['server commands/s'] : []),
+      labels.requests ?? 'requests/s',
+      ...(commands ? [labels.commands ?? 'server commands/s'] : []),
       'client CPU in window',
       'share of a core',
       'notes',

@@ -11,8 +11,15 @@
  *     contended: { workers: [8, 64], holdMs: 2, durationMs: 5000 },   // runContended per worker count, or false
  *     held: { locks: 1000, ttlMs: 3000, durationMs: 10000 },          // runHeld, or false
  *     notes: ['…'],                            // extra lines printed under the tables
+ *     targets: (results) => '…',               // optional: markdown judging the results against goals, printed
+ *                                              //   right under the subjects table
+ *     heldLabels: { commands: '…' },           // optional: other headers for (C)'s requests/commands columns
+ *     mayBeEmpty: true,                        // optional: report (and exit 0) even when no subject could be set up
  *     onClose: async () => {},                 // optional: close shared probes after the subjects
  *   });
+ *
+ * A subject whose setup throws is left out of the run; the reason is printed at once and kept in the README
+ * right under the subjects table.
  *
  * Command-line flags (run.mjs passes them through): --quick (small sizes, no README), --no-readme, --readme,
  * --provisional (marks the figures as taken on a busy machine), --scenarios=A,B,C, --json=FILE.
@@ -68,15 +75,17 @@ export async function runSuite(config) {
       await withTimeout(subject.close(), 5000, `${subject.name} close`).catch(() => {});
     }
   }
-  for (const s of skipped) log(`skipped ${s}`);
-  if (subjects.length === 0) {
+  for (const s of skipped) log(`NOT RUN: ${s}`);
+  // With `mayBeEmpty` the report is still written, so that the README says why its rows are missing.
+  if (subjects.length === 0 && !config.mayBeEmpty) {
     log('no subject could be set up');
     process.exit(1);
   }
 
   const sections = [];
   const results = { backend, machine, server, skipped, uncontended: [], contended: [], held: [] };
-  const want = (letter, options) => options !== false && flags.scenarios.includes(letter);
+  const want = (letter, options) =>
+    subjects.length > 0 && options !== false && flags.scenarios.includes(letter);
 
   if (want('A', config.uncontended)) {
     const o = { ...config.uncontended, ...(flags.quick ? QUICK.uncontended : {}) };
@@ -122,7 +131,7 @@ export async function runSuite(config) {
     sections.push(
       `#### (C) ${o.locks.toLocaleString('en-US')} locks held with auto-renewal, TTL ${o.ttlMs / 1000} s, ` +
         `measured over ${o.durationMs / 1000} s`,
-      heldTable(results.held),
+      heldTable(results.held, config.heldLabels),
     );
   }
 
@@ -143,10 +152,11 @@ export async function runSuite(config) {
     caveats.join(' '),
     `Machine: ${describeMachine(machine, [serverLine])}.`,
     subjectsTable(subjects),
+    ...skipped.map((s) => `**Not run**: ${s}.`),
+    config.targets ? config.targets(results) : '',
     ...sections,
     'Ratios in parentheses are to the baseline row of the same run.',
     ...notes,
-    ...skipped.map((s) => `Skipped ${s}.`),
   ]
     .filter(Boolean)
     .join('\n\n');

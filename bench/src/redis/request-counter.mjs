@@ -55,13 +55,17 @@ class RespCommandCounter {
   }
 }
 
-/** Starts counting writes to `port` on every socket of this process; returns `() => commands so far`. */
-export function countOutgoingRequests(port) {
+/**
+ * Starts counting writes to `ports` (one port or several: the masters of a cluster) on every socket of this
+ * process; returns `() => commands so far`.
+ */
+export function countOutgoingRequests(ports) {
+  const watched = new Set(Array.isArray(ports) ? ports : [ports]);
   const counters = new WeakMap();
   let total = 0;
   const original = net.Socket.prototype.write;
   net.Socket.prototype.write = function write(chunk, encoding, cb) {
-    if (this.remotePort === port && chunk != null) {
+    if (watched.has(this.remotePort) && chunk != null) {
       let counter = counters.get(this);
       if (!counter) {
         counter = new RespCommandCounter();

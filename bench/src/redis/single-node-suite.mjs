@@ -1,0 +1,54 @@
+/**
+ * What the node-redis and ioredis suites share: one Redis server (DLOCK_BENCH_REDIS_URL), one probe counting
+ * requests and server commands for every subject, an idle check of the server before the run, and the goals
+ * @dlock/redis is judged against. Each suite runs in its own process (see ../run.mjs) and writes its own README
+ * section, so the two clients' figures never share a heap or an event loop.
+ */
+import { fmt, runSuite, sleep } from '../lib/index.mjs';
+import { openServerProbe, REDIS_URL } from './server.mjs';
+import { singleNodeTargets } from './targets.mjs';
+
+/**
+ * @param {object} o
+ * @param {string} o.family                    'node-redis' | 'ioredis': README section `redis-<family>`
+ * @param {(counters: object) => object[]} o.subjects   the raw baseline of that client first
+ * @param {string[]} [o.peers]                 names of peer rows @dlock/redis must be ahead of in (A)
+ * @param {string[]} [o.notes]
+ */
+export async function runSingleNodeSuite({ family, subjects, peers = [], notes = [] }) {
+  const probe = await openServerProbe();
+  const counters = { countRequests: probe.countRequests, countCommands: probe.countCommands };
+
+  // `INFO commandstats` is server-wide: say how much of it other clients contribute while the bench is idle.
+  const idle0 = await probe.countCommands();
+  await sleep(1000);
+  const idle1 = await probe.countCommands();
+  const background = idle1 >= idle0 ? idle1 - idle0 : Number.NaN;
+  if (background > 20) {
+    process.stderr.write(`[redis-${family}] other clients run ${fmt(background)} commands/s on the server\n`);
+  }
+
+  await runSuite({
+    backend: `redis-${family}`,
+    title: `Redis on ${family}`,
+    server: { name: 'Redis', version: probe.version, address: REDIS_URL },
+    subjects: subjects(counters),
+    uncontended: { iterations: 3000, rounds: 10 },
+    contended: { workers: [8, 64], holdMs: 2, durationMs: 5000 },
+    held: { locks: 1000, ttlMs: 3000, durationMs: 10_000 },
+    targets: singleNodeTargets({ dlock: '@dlock/redis', family, peers }),
+    notes: [
+      '*requests*: commands this process sent (counted on its sockets; a pipelined command counts, a Lua script ' +
+        'is one). *server commands*: `INFO commandstats` deltas, which also count the commands scripts run ' +
+        'inside Redis and every other client of the server. *client CPU*: `process.cpuUsage()` of the bench process.',
+      ...notes,
+      Number.isNaN(background)
+        ? 'The server’s command counters were reset during the idle probe before the run: *server commands* may be missing.'
+        : `Other clients ran ${fmt(background)} commands/s on the server in a 1 s idle probe before the run` +
+          (background > 20
+            ? ': the *server commands* columns include theirs, read *requests* instead.'
+            : '.'),
+    ],
+    onClose: () => probe.close(),
+  });
+}
