@@ -59,6 +59,14 @@ export function lockKeys(prefix: string, name: string): LockKeys {
 }
 
 /**
+ * On a Redis Cluster, the channel on which lock `name`'s hand-offs reach the service `serviceId`: in the lock's hash
+ * slot, because a script can only publish (SPUBLISH) to the shard that runs it.
+ */
+export function wakeChannel(prefix: string, name: string, serviceId: string): string {
+  return `${tagged(prefix, name)}wake:${serviceId}`;
+}
+
+/**
  * Redlock's own default prefix: a Redlock node could be a Redis that a single-node `RedisLockService` also uses,
  * and the two store a lock differently.
  */

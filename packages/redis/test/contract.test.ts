@@ -1,26 +1,31 @@
 import { REDIS_URL } from '@dlock/test-utils';
 import { type ContractSubject, lockServiceContract } from '@dlock/testing/contract';
 import { afterAll, beforeAll } from 'vitest';
-import { RedisLockService } from '../src/index.js';
-import { connect, disconnect, NODE_REDIS, type Redis, SideRedis } from './helpers.js';
+import { type RedisClientLike, RedisLockService } from '../src/index.js';
+import { FAMILIES } from './clients.js';
+import { connect, disconnect, type Redis, SideRedis } from './helpers.js';
 
 // Against the shared server, with a fresh client and service per test, as an application would use them; once
-// with each node-redis major the peer range admits.
+// with each supported client family, major and protocol.
 // Waiters queue in Redis, so the suite checks arrival order too; calls after close() must say CLIENT_CLOSED.
 const closeService = async (subject: ContractSubject): Promise<void> => {
   await (subject.service as RedisLockService).close();
 };
-for (const driver of NODE_REDIS) {
+for (const family of FAMILIES) {
   lockServiceContract(
-    `RedisLockService (node-redis ${driver.major})`,
+    `RedisLockService (${family.label})`,
     async () => {
-      const client = await driver.connect(REDIS_URL);
-      const service = new RedisLockService({ client, keyPrefix: 'dlock-test:', fenceRetentionMs: 60_000 });
+      const connected = await family.connect(REDIS_URL);
+      const service = new RedisLockService({
+        client: connected.client as RedisClientLike,
+        keyPrefix: 'dlock-test:',
+        fenceRetentionMs: 60_000,
+      });
       return {
         service,
         close: async () => {
           await service.close();
-          await disconnect(client);
+          await connected.close();
         },
       };
     },

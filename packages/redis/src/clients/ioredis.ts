@@ -41,6 +41,7 @@ class IORedisSubscription implements RedisSubscription {
   readonly #reconnects = new Set<() => void>();
   readonly #events: readonly [string, string];
   #connectedOnce: boolean;
+  #connecting: Promise<void> | undefined;
   readonly #onMessage = (channel: unknown, message: unknown): void => {
     const listeners = typeof channel === 'string' ? this.#channels.get(channel) : undefined;
     const text = messageText(message);
@@ -85,12 +86,13 @@ class IORedisSubscription implements RedisSubscription {
     return this.sub.status === 'ready';
   }
 
-  async connect(): Promise<void> {
-    await this.sub.connect();
-    this.#unref();
+  connect(): Promise<void> {
+    this.#connecting = this.sub.connect().then(() => this.#unref());
+    return this.#connecting;
   }
 
   async subscribe(channel: string, listener: MessageListener): Promise<void> {
+    await this.#connecting?.catch(() => {});
     let listeners = this.#channels.get(channel);
     if (!listeners) {
       listeners = new Set();

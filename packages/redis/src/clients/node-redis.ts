@@ -84,6 +84,7 @@ class NodeRedisSubscription implements RedisSubscription {
   readonly #listeners = new ListenerMap();
   readonly #reconnects = new Set<() => void>();
   #connectedOnce = false;
+  #connecting: Promise<void> | undefined;
   readonly #onReady = (): void => {
     // The first 'ready' is the connect itself; every later one is a reconnect (node-redis resubscribed by then).
     if (!this.#connectedOnce) {
@@ -111,13 +112,16 @@ class NodeRedisSubscription implements RedisSubscription {
     return 'isReady' in this.sub ? this.sub.isReady : this.sub.isOpen;
   }
 
-  async connect(): Promise<void> {
+  connect(): Promise<void> {
     // Our own connection must not keep the process alive; a pending wait keeps it alive with its timer.
     if ('unref' in this.sub) this.sub.unref?.();
-    await this.sub.connect();
+    this.#connecting = this.sub.connect().then(() => {});
+    return this.#connecting;
   }
 
   async subscribe(channel: string, listener: MessageListener): Promise<void> {
+    // A subscribe sent before the connect finished would be refused as "client is closed".
+    await this.#connecting?.catch(() => {});
     const wrapped = this.#listeners.wrap(channel, listener);
     if (this.sharded) await (this.sub as NodeRedisCluster).sSubscribe(channel, wrapped);
     else await (this.sub as NodeRedisClient).subscribe(channel, wrapped);

@@ -14,7 +14,7 @@ import {
 } from '@dlock/core';
 import { acquireInQueue, BackgroundRetries, linkSignals, type QueueTools } from '@dlock/core/adapter';
 import { RedisServiceClosedError } from '../errors.js';
-import { lockKeys } from '../keys.js';
+import { lockKeys, wakeChannel } from '../keys.js';
 import { type RedisLockServiceOptions, resolveRedisOptions } from '../options.js';
 import { Deadlines } from './deadlines.js';
 import { RedisAcquire, RedisProtocol } from './redis-protocol.js';
@@ -51,6 +51,9 @@ const NOT_WAITING = new AbortController().signal;
  */
 export class RedisLockService implements LockService, AsyncDisposable {
   readonly #prefix: string;
+  /** Names this service's wake channels. */
+  readonly #serviceId: string;
+  readonly #cluster: boolean;
   readonly #timeoutMs: number;
   readonly #clock: Clock;
   readonly #protocol: RedisProtocol;
@@ -71,7 +74,9 @@ export class RedisLockService implements LockService, AsyncDisposable {
     this.#cleanups = new BackgroundRetries(this.#clock);
     const deadlines = new Deadlines(this.#clock);
     // This service's wake-up channel: the release script publishes hand-offs for our waiters there.
-    const channel = `${this.#prefix}wake:${randomBytes(12).toString('base64url')}`;
+    this.#serviceId = randomBytes(12).toString('base64url');
+    this.#cluster = resolved.client.cluster;
+    const channel = `${this.#prefix}wake:${this.#serviceId}`;
     this.#watch = new RedisReleaseWatch({
       client: resolved.client,
       subscriber: resolved.subscriber,
@@ -114,25 +119,32 @@ export class RedisLockService implements LockService, AsyncDisposable {
     const keys = lockKeys(this.#prefix, name);
     const { ownerId } = request;
     const waitMs = Math.min(Math.max(0, Math.floor(request.waitMs)), MAX_TIMER_MS);
-    if (waitMs >= 1 && (await this.#watch.ready(Math.min(waitMs, this.#timeoutMs)))) {
-      this.#assertOpen();
-      const left = Math.floor(calledAt + waitMs - this.#clock.monotonic());
-      if (left >= 1) {
-        // close() ends the wait as the caller giving up would.
-        const linked = linkSignals(request.signal, this.#closing.signal);
-        const signal = linked.signal;
-        const queued = acquireInQueue(
-          this.#protocol,
-          new RedisAcquire(name, ownerId, ttlMs, keys, calledAt, left, signal, () => signal),
-          this.#queue,
-        );
-        this.#queued.add(queued);
-        try {
-          return await queued;
-        } finally {
-          this.#queued.delete(queued);
-          linked.dispose();
+    const wake = this.#cluster ? wakeChannel(this.#prefix, name, this.#serviceId) : undefined;
+    const listening = (timeoutMs: number): Promise<boolean> =>
+      wake === undefined ? this.#watch.ready(timeoutMs) : this.#watch.join(wake, timeoutMs);
+    if (waitMs >= 1 && (await listening(Math.min(waitMs, this.#timeoutMs)))) {
+      try {
+        this.#assertOpen();
+        const left = Math.floor(calledAt + waitMs - this.#clock.monotonic());
+        if (left >= 1) {
+          // close() ends the wait as the caller giving up would.
+          const linked = linkSignals(request.signal, this.#closing.signal);
+          const signal = linked.signal;
+          const queued = acquireInQueue(
+            this.#protocol,
+            new RedisAcquire(name, ownerId, ttlMs, keys, calledAt, left, signal, () => signal, wake),
+            this.#queue,
+          );
+          this.#queued.add(queued);
+          try {
+            return await queued;
+          } finally {
+            this.#queued.delete(queued);
+            linked.dispose();
+          }
         }
+      } finally {
+        if (wake !== undefined) this.#watch.part(wake);
       }
     }
     // Not queueing (no wait, or no subscriber to be woken through): one attempt, and core's loop waits. The signal

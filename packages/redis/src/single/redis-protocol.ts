@@ -14,6 +14,7 @@ import type { LuaScript, SendCommand } from '../lua-script.js';
 import { newOwnershipToken } from '../tokens.js';
 import type { CallState, Deadlines } from './deadlines.js';
 import type { RedisReleaseWatch } from './redis-release-watch.js';
+import { CLUSTER_RENEW, clusterRenewArgs, groupByMaster, type RenewItem } from './renew-batches.js';
 import type { LockScripts } from './scripts.js';
 import type { Waiter } from './waiter.js';
 
@@ -48,6 +49,8 @@ export class RedisAcquire implements AcquireRequest {
     readonly signal: AbortSignal,
     /** The signal the call bounds listen to once a call is slow (read lazily: see `deadlines.ts`). */
     readonly signalOf: () => AbortSignal,
+    /** Cluster: where hand-offs to this call's claims arrive (the service channel is used on a single node). */
+    readonly wakeChannel?: string,
   ) {}
 
   /** Claims queue in Redis and wait for a hand-off; otherwise one attempt, and core's `LockClient` loop waits. */
@@ -288,7 +291,7 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
     const now = this.#clock.monotonic();
     const waitMs = call.queue ? Math.max(1, Math.ceil((call.deadline ?? now) - now)) : 0;
     const args = [owner, String(call.ttlMs), String(waitMs)];
-    if (waitMs > 0) args.push(this.#channel);
+    if (waitMs > 0) args.push(call.wakeChannel ?? this.#channel);
     // From here until the reply, the script may have granted or queued: a failure leaves it to be undone.
     claim.placed = true;
     const raw = await this.#run(this.#scripts.acquire, claim, args, 'acquire');
@@ -359,6 +362,7 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
 
   async #renewChunk(requests: readonly RenewRequest[], signal?: () => AbortSignal): Promise<RenewResult[]> {
     if (requests.length === 0) return [];
+    if (this.#client.cluster) return this.#renewOnCluster(requests, signal);
     const keys: string[] = [];
     const args: string[] = [];
     for (const { lease } of requests) {
@@ -375,6 +379,54 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
     );
     if (!Array.isArray(reply) || reply.length !== requests.length) throw unexpectedReply('renew', reply);
     return reply.map((flag) => ({ renewed: flag === 1 }));
+  }
+
+  /** One script call per master (see `renew-batches.ts`); keys that moved meanwhile are renewed one by one. */
+  async #renewOnCluster(
+    requests: readonly RenewRequest[],
+    signal?: () => AbortSignal,
+  ): Promise<RenewResult[]> {
+    const items = requests.map(({ lease, ttlMs }, index) => ({
+      key: lockKeys(this.#prefix, lease.name).lock,
+      claim: claimOf(lease),
+      ttlMs,
+      index,
+    }));
+    const results: RenewResult[] = [];
+    const renewGroup = async (group: readonly (typeof items)[number][], retry: boolean): Promise<void> => {
+      const codes = await this.#clusterRenew(group, signal);
+      const moved: (typeof items)[number][] = [];
+      codes.forEach((code, i) => {
+        const item = group[i] as (typeof items)[number];
+        if (code === -1 && !retry) moved.push(item);
+        // Routed by its own key and still not on that node: nothing is known about it, so it is not "not held".
+        else if (code === -1)
+          throw new TransportError(`renew: ${item.key} is not served where its slot points`);
+        else results[item.index] = { renewed: code === 1 };
+      });
+      await Promise.all(moved.map((item) => renewGroup([item], true)));
+    };
+    await Promise.all(groupByMaster(this.#client, items).map((group) => renewGroup(group, false)));
+    return results;
+  }
+
+  async #clusterRenew(items: readonly RenewItem[], signal?: () => AbortSignal): Promise<number[]> {
+    const { keys, args } = clusterRenewArgs(items);
+    const state: CallState = { abandoned: false };
+    const reply = await this.#deadlines.bound(
+      CLUSTER_RENEW.run(this.#send, keys, args, state),
+      this.#timeoutMs,
+      `renew (${items.length})`,
+      signal === undefined ? { state } : { state, signal },
+    );
+    if (
+      !Array.isArray(reply) ||
+      reply.length !== items.length ||
+      !reply.every((c) => c === 1 || c === 0 || c === -1)
+    ) {
+      throw unexpectedReply('renew', reply);
+    }
+    return reply as number[];
   }
 
   /**

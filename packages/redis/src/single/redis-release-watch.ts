@@ -18,7 +18,10 @@ export interface ReleaseWatchOptions {
   readonly client: RedisConnection;
   /** A subscriber the caller owns; without one the watch duplicates `client` and owns that connection. */
   readonly subscriber: RedisSubscription | undefined;
-  /** This service's own channel: grants handed to its queued waiters arrive here. */
+  /**
+   * This service's own channel on a single node: grants handed to its queued waiters arrive here. On a cluster a
+   * notice can only travel in its lock's slot, so each lock has a wake channel per service, joined while waiting.
+   */
   readonly channel: string;
   readonly deadlines: Deadlines;
   readonly clock: Clock;
@@ -47,6 +50,10 @@ export class RedisReleaseWatch {
   #closed = false;
   /** Mailboxes of this service's queued waiters, by ownership token. */
   readonly #waiters = new Map<string, Waiter>();
+  /** Cluster: the per-lock wake channels joined, with how many queued acquires use each. */
+  readonly #joined = new Map<string, { count: number; subscribed: Promise<unknown> }>();
+  /** The connect of a subscriber this watch made, awaited before subscribing sharded channels. */
+  #connecting: Promise<void> | undefined;
   // The subscriber (re)connected: messages sent while it was down are lost, so every waiter looks again.
   readonly #onReady = (): void => {
     for (const waiter of this.#waiters.values()) waiter.deliver({ kind: 'recheck' });
@@ -91,6 +98,43 @@ export class RedisReleaseWatch {
     } catch {
       this.#degradedSince = this.#options.clock.monotonic();
       return false;
+    }
+  }
+
+  /**
+   * Cluster: subscribes this service to `channel` (a lock's wake channel, reference-counted) before a claim may
+   * queue there. False when that did not happen within `timeoutMs` (the caller then waits without queueing).
+   */
+  async join(channel: string, timeoutMs: number): Promise<boolean> {
+    if (!(await this.ready(timeoutMs))) return false;
+    let entry = this.#joined.get(channel);
+    if (!entry) {
+      const sub = this.#subscriberNow();
+      const subscribed = sub.subscribe(channel, this.#onGrant);
+      subscribed.catch(() => {});
+      entry = { count: 0, subscribed };
+      this.#joined.set(channel, entry);
+    }
+    entry.count++;
+    try {
+      await this.#options.deadlines.bound(entry.subscribed, timeoutMs, 'subscribing to the wake-up channel');
+      return true;
+    } catch {
+      this.part(channel);
+      return false;
+    }
+  }
+
+  /** Undoes one `join`; the last one unsubscribes. */
+  part(channel: string): void {
+    const entry = this.#joined.get(channel);
+    if (!entry || --entry.count > 0) return;
+    this.#joined.delete(channel);
+    const sub = this.#subscriber;
+    if (sub && !this.#closed) {
+      this.#options.deadlines
+        .bound(sub.unsubscribe(channel, this.#onGrant), this.#options.timeoutMs, 'unsubscribe')
+        .catch(() => {});
     }
   }
 
@@ -152,7 +196,9 @@ export class RedisReleaseWatch {
     const sub = this.#subscriber;
     this.#subscriber = undefined;
     const watched = [...this.#watchers];
+    const joined = [...this.#joined.keys()];
     this.#watchers.clear();
+    this.#joined.clear();
     this.#waiters.clear();
     if (!sub) return;
     this.#offReconnect?.();
@@ -164,6 +210,7 @@ export class RedisReleaseWatch {
           this.#options.deadlines.bound(pending, this.#options.timeoutMs, 'unsubscribe').catch(() => {});
         await Promise.all([
           bound(sub.unsubscribe(this.#options.channel, this.#onGrant)),
+          ...joined.map((channel) => bound(sub.unsubscribe(channel, this.#onGrant))),
           ...watched.map(([channel, { listener }]) => bound(sub.unsubscribe(channel, listener))),
         ]);
       }
@@ -181,15 +228,23 @@ export class RedisReleaseWatch {
     const own = this.#options.subscriber === undefined;
     const sub = this.#options.subscriber ?? this.#options.client.duplicate();
     if (own) {
-      sub.connect().catch(() => {
+      const connecting = sub.connect();
+      this.#connecting = connecting;
+      connecting.catch(() => {
         // A failed first connect shows up as ready() returning false; the next ready() starts afresh.
         if (this.#subscriber === sub) this.#reset(sub);
       });
+    } else {
+      this.#connecting = undefined;
     }
     this.#subscriber = sub;
-    // A replacement connection takes over the names already watched.
+    // A replacement connection takes over the names already watched and the wake channels joined.
     for (const [channel, { listener }] of this.#watchers)
       this.#quietly(() => sub.subscribe(channel, listener));
+    for (const [channel, entry] of this.#joined) {
+      entry.subscribed = sub.subscribe(channel, this.#onGrant);
+      entry.subscribed.catch(() => {});
+    }
     return sub;
   }
 
@@ -208,7 +263,9 @@ export class RedisReleaseWatch {
   async #start(): Promise<void> {
     const sub = this.#subscriberNow();
     try {
-      await sub.subscribe(this.#options.channel, this.#onGrant);
+      // A cluster has no service-wide wake channel: only the connection is made here (see `join`).
+      if (this.#options.client.cluster) await this.#connecting;
+      else await sub.subscribe(this.#options.channel, this.#onGrant);
     } catch (error) {
       if (this.#subscriber === sub) this.#reset(sub);
       throw error;
