@@ -39,6 +39,16 @@ function lockClient(service: ConstructorParameters<typeof LockClient>[0], operat
 
 const lockKey = (name: string): string => lockKeys('dlock:', name).lock;
 
+/**
+ * The holder's ownership and fencing token as the lock key states them, or null when the lock is free (the key is
+ * missing, or a tombstone "~ <last token> ..." keeps the counter after a release).
+ */
+async function holding(name: string): Promise<string | null> {
+  const value = await admin.get(lockKey(name));
+  if (value === null || value.startsWith('~ ')) return null;
+  return value.split(' ').slice(0, 2).join(' ');
+}
+
 beforeAll(async () => {
   side = await SideRedis.start();
   admin = await connect(side.url);
@@ -142,7 +152,7 @@ describe('release after a pause past the TTL (needs core: release of an expired 
       expect(lost).toEqual(['expired']);
       // The owner-checked delete did not touch the successor's grant.
       expect(token).toBeGreaterThan(handle.fencingToken);
-      expect(await admin.get(lockKey(name))).toMatch(new RegExp(` ${token}$`));
+      expect(await holding(name)).toMatch(new RegExp(`^\\S+ ${token}$`));
     } finally {
       await successor.stop();
     }
@@ -256,9 +266,7 @@ describe('a connection that fails mid-acquire', () => {
     try {
       await expect(locks.acquire('lost-reply', { ttlMs: 30_000 })).rejects.toBeInstanceOf(TransportError);
       // The acquire did run on the server; so did the cleanup sent after it on the same connection.
-      expect(await eventually(async () => (await admin.exists(lockKey('lost-reply'))) === 0, 2_000)).toBe(
-        true,
-      );
+      expect(await eventually(async () => (await holding('lost-reply')) === null, 2_000)).toBe(true);
     } finally {
       proxy.dropReplies(false);
       proxy.resetAll(); // the replies swallowed so far would otherwise be matched to later commands
@@ -277,7 +285,7 @@ describe('a connection that fails mid-acquire', () => {
     const pttl = Number(await admin.pTTL(lockKey('reset')));
     expect(pttl).toBeLessThanOrEqual(30_000);
     // The cleanup retries until the client has reconnected, then deletes the grant nobody holds.
-    expect(await eventually(async () => (await admin.exists(lockKey('reset'))) === 0, 5_000)).toBe(true);
+    expect(await eventually(async () => (await holding('reset')) === null, 5_000)).toBe(true);
     expect(await eventually(() => client.isReady, 5_000)).toBe(true);
     const next = await locks.acquire('reset', { ttlMs: 5_000 });
     expect(next.isHeld()).toBe(true);
@@ -299,16 +307,14 @@ describe('a connection that fails mid-acquire', () => {
     // but the message never arrives, and neither does the cleanup it sends when its caller gives up.
     proxy.mode = 'blackhole';
     await first.release();
-    expect(await admin.get(lockKey('queued-reset'))).toMatch(/^\S+ \d+$/);
+    expect(await holding('queued-reset')).toMatch(/^\S+ \d+$/);
     giveUp.abort(new Error('caller gave up'));
     expect(await waiting).toMatchObject({ message: 'caller gave up' });
     await sleep(100);
     proxy.resetAll();
     proxy.mode = 'pass';
     // Once reconnected, the retried cleanup frees the grant: 30 s TTL, gone within seconds.
-    expect(await eventually(async () => (await admin.exists(lockKey('queued-reset'))) === 0, 5_000)).toBe(
-      true,
-    );
+    expect(await eventually(async () => (await holding('queued-reset')) === null, 5_000)).toBe(true);
     expect(await admin.lLen(queue)).toBe(0);
   });
 });
@@ -390,7 +396,7 @@ describe('connections reset for a moment (needs core: renewals retried within th
     expect(renewals - before).toBeGreaterThanOrEqual(3);
     expect(client.isReady).toBe(true);
     // Still ours on the server, not merely in the client's view.
-    expect(await admin.get(lockKey(handle.name))).toMatch(new RegExp(` ${handle.fencingToken}$`));
+    expect(await holding(handle.name)).toMatch(new RegExp(`^\\S+ ${handle.fencingToken}$`));
     await handle.release();
   });
 });
@@ -456,11 +462,16 @@ describe('fencing tokens across data loss', () => {
     const locks = lockClient(service, 1_000);
     const first = await locks.acquire('retention', { ttlMs: 500 });
     await first.release();
-    const fenceKey = lockKeys('dlock:', 'retention').fence;
-    const pttl = Number(await admin.pTTL(fenceKey));
-    expect(pttl).toBeGreaterThan(0);
-    expect(pttl).toBeLessThanOrEqual(1_000);
-    expect(await eventually(async () => (await admin.exists(fenceKey)) === 0, 3_000)).toBe(true);
+    const { lock, fence } = lockKeys('dlock:', 'retention');
+    // The tombstone lives until the anchor (the retention after the counter's block was reserved), the fence key
+    // one retention longer: the counter outlives the last grant by at least the retention, at most twice that.
+    const tombstone = Number(await admin.pTTL(lock));
+    expect(tombstone).toBeGreaterThan(0);
+    expect(tombstone).toBeLessThanOrEqual(1_000);
+    const pttl = Number(await admin.pTTL(fence));
+    expect(pttl).toBeGreaterThan(1_000);
+    expect(pttl).toBeLessThanOrEqual(2_000);
+    expect(await eventually(async () => (await admin.exists([lock, fence])) === 0, 4_000)).toBe(true);
     const second = await locks.acquire('retention', { ttlMs: 500 });
     expect(second.fencingToken).toBeGreaterThan(first.fencingToken);
   });

@@ -176,7 +176,10 @@ export class RedisLockService implements LockService, AsyncDisposable {
   /** Calls `onReleased` when `name` becomes free with nobody queued for it (a hand-off to a waiter is not "free"). */
   watch(name: string, onReleased: () => void): () => void {
     if (this.#closing.signal.aborted) return () => {};
-    return this.#watch.watch(lockKeys(this.#prefix, validateName(name)).released, onReleased);
+    const valid = validateName(name);
+    return this.#watch.watch(lockKeys(this.#prefix, valid).released, onReleased, () =>
+      this.#protocol.markWatched(valid),
+    );
   }
 
   /**

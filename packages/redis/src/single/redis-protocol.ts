@@ -119,7 +119,7 @@ function leaseStart(pttl: number | undefined, sentAt: number, ttlMs: number, las
   return pttl === undefined ? sentAt : Math.max(lastMiss, sentAt + pttl - ttlMs);
 }
 
-/** The lock key's value while a grant holds it: renew and release compare it whole. */
+/** What a grant's lock key value starts with (then its counter and marks): renew and release compare this part. */
 function claimOf(lease: Lease): string {
   return `${lease.ownershipToken} ${lease.fencingToken}`;
 }
@@ -263,7 +263,7 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
     return standing ?? GONE;
   }
 
-  /** The renew script: extends each lease whose whole claim (ownership and fencing token) still holds its key. */
+  /** The renew script: extends each lease whose claim (ownership and fencing token) still holds its key. */
   async renew(requests: readonly RenewRequest[], signal?: () => AbortSignal): Promise<RenewResult[]> {
     if (requests.length <= RENEW_CHUNK) return this.#renewChunk(requests, signal);
     const chunks: Promise<RenewResult[]>[] = [];
@@ -273,7 +273,10 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
     return (await Promise.all(chunks)).flat();
   }
 
-  /** The release script: owner-checked delete, handing the lock to the oldest live waiter in the same step. */
+  /**
+   * The release script: owner-checked, it hands the lock to the oldest live waiter in the same step, or leaves a
+   * tombstone that keeps the name's counter for the next grant.
+   */
   async release(lease: Lease): Promise<boolean> {
     const keys = keyList(lockKeys(this.#prefix, lease.name));
     const state: CallState = { abandoned: false };
@@ -284,6 +287,19 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
       { state },
     );
     return reply === 1;
+  }
+
+  /**
+   * The watch script: a release publishes on the name's release channel only while the name is marked watched, and
+   * unmarks it when the notice reached nobody. Run once the subscription is in place (and again after it was
+   * lost), so that a mark never waits for a subscriber that is not there yet. Best effort.
+   */
+  markWatched(name: string): Promise<unknown> {
+    return this.#deadlines.bound(
+      this.#scripts.watch.run(this.#send, keyList(lockKeys(this.#prefix, name)), []),
+      this.#timeoutMs,
+      'watch',
+    );
   }
 
   async #acquire(claim: Claim): Promise<Standing<Wait>> {

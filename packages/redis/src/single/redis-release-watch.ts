@@ -38,7 +38,12 @@ export class RedisReleaseWatch {
   readonly #options: ReleaseWatchOptions;
   readonly #watchers = new Map<
     string,
-    { readonly callbacks: Set<() => void>; readonly listener: MessageListener }
+    {
+      readonly callbacks: Set<() => void>;
+      readonly listener: MessageListener;
+      /** Marks the name watched in Redis (see `watch`). */
+      readonly mark: (() => Promise<unknown>) | undefined;
+    }
   >();
   #subscriber: RedisSubscription | undefined;
   #offReconnect: (() => void) | undefined;
@@ -57,6 +62,8 @@ export class RedisReleaseWatch {
   // The subscriber (re)connected: messages sent while it was down are lost, so every waiter looks again.
   readonly #onReady = (): void => {
     for (const waiter of this.#waiters.values()) waiter.deliver({ kind: 'recheck' });
+    // A release while we were away found nobody listening and unmarked the name: mark it again.
+    for (const { mark } of this.#watchers.values()) this.#markQuietly(mark);
   };
   // Called by the client library: an exception here would escape into its socket handler and crash the process.
   readonly #onGrant: MessageListener = (message) => {
@@ -152,8 +159,13 @@ export class RedisReleaseWatch {
     this.#waiters.delete(owner);
   }
 
-  /** Subscribes `callback` to `channel` (reference-counted). Best effort; returns the unsubscribe function. */
-  watch(channel: string, callback: () => void): () => void {
+  /**
+   * Subscribes `callback` to `channel` (reference-counted). Best effort; returns the unsubscribe function. `mark`
+   * tells Redis that the name is watched: releases publish on its channel only while it is marked, and a notice
+   * that reached nobody unmarks it. So it runs once the first subscription is in place, and again after the
+   * subscriber reconnected.
+   */
+  watch(channel: string, callback: () => void, mark?: () => Promise<unknown>): () => void {
     let entry = this.#watchers.get(channel);
     if (!entry) {
       const callbacks = new Set<() => void>();
@@ -166,12 +178,12 @@ export class RedisReleaseWatch {
           }
         }
       };
-      const fresh = { callbacks, listener };
+      const fresh = { callbacks, listener, mark };
       entry = fresh;
       this.#quietly((sub) => {
         // Registered only now: a connection created just before has subscribed the names already watched.
         this.#watchers.set(channel, fresh);
-        return sub.subscribe(channel, listener);
+        return sub.subscribe(channel, listener).then(() => this.#markQuietly(mark));
       });
     }
     const { callbacks, listener } = entry;
@@ -239,8 +251,8 @@ export class RedisReleaseWatch {
     }
     this.#subscriber = sub;
     // A replacement connection takes over the names already watched and the wake channels joined.
-    for (const [channel, { listener }] of this.#watchers)
-      this.#quietly(() => sub.subscribe(channel, listener));
+    for (const [channel, { listener, mark }] of this.#watchers)
+      this.#quietly(() => sub.subscribe(channel, listener).then(() => this.#markQuietly(mark)));
     for (const [channel, entry] of this.#joined) {
       entry.subscribed = sub.subscribe(channel, this.#onGrant);
       entry.subscribed.catch(() => {});
@@ -298,5 +310,15 @@ export class RedisReleaseWatch {
       pending = Promise.reject(error);
     }
     this.#options.deadlines.bound(pending, this.#options.timeoutMs, 'subscribe').catch(() => {});
+  }
+
+  /** Best effort, bounded by the caller; it must not throw into the client library's event handlers. */
+  #markQuietly(mark: (() => Promise<unknown>) | undefined): void {
+    if (mark === undefined || this.#closed) return;
+    try {
+      mark().catch(() => {});
+    } catch {
+      // a failed mark only costs notices until the next one
+    }
   }
 }

@@ -2,20 +2,43 @@ import { LuaScript } from '../lua-script.js';
 
 /**
  * The Lua scripts. Each runs atomically on the server, so every decision below (who owns the lock, who is next in
- * line, which token comes next) is taken against one consistent state. Needs Redis >= 6.2.
+ * line, which token comes next) is taken against one consistent state. Needs Redis >= 6.2 (SET ... GET, PXAT).
  *
- * Keys of one lock (see `keys.ts`), all in one hash-tag slot:
- *   KEYS[1] lock    string "<ownership token> <fencing token>" (the claim), TTL = the lease
- *   KEYS[2] fence   last fencing token of the name, TTL = the fence retention (refreshed by every grant)
+ * Keys of one lock (see `keys.ts`), all in one hash-tag slot; every script takes all four, in this order:
+ *   KEYS[1] lock    string "<who> <fence> <ceiling> <anchor> <flags>", in one of two states:
+ *                     held       who = the holder's ownership token, fence = its fencing token, TTL = the lease;
+ *                     tombstone  who = "~": free, with nobody queued; fence = the last token; expires at the anchor.
+ *                   ceiling = the value of the fence key; anchor = server time (ms) after which no tombstone is kept;
+ *                   flags = "-", or some of q (someone may be queued behind the holder) and w (someone may watch).
+ *   KEYS[2] fence   the ceiling: no token above it was handed out. Expires RETENTION_MS after the anchor.
  *   KEYS[3] queue   list of waiting ownership tokens, oldest first
  *   KEYS[4] waiters hash ownership token -> "<deadline ms> <ttl ms> <notify channel>"
- * The name's release channel is KEYS[1] with "lock" replaced by "released" (channels are not keys).
+ * The name's release channel is KEYS[1] with "lock" replaced by "released": not a key, but in the same hash tag, as
+ * a sharded channel must be. Hand-off channels come from the waiters' entries, as their services wrote them.
  *
- * Fencing tokens: max(last token + 1, server clock in microseconds). While the counter key survives, tokens
- * grow by at least one per grant whatever the clock does. When it is lost (Redis restarted without persistence,
- * a failover lost the latest writes, the retention ran out) the next token comes from the clock, which is above
- * every earlier token as long as the server clock has not stepped back by more than the time since the last grant.
- * Tokens stay below 2^53 (exact in Lua's doubles and in JavaScript numbers) until the year 2255.
+ * Why the tombstone: a release that deleted the key would lose the counter with it, and the next acquire would have
+ * to read it back from elsewhere. So the uncontended cycle is six commands: acquire = EVALSHA, GET (a tombstone),
+ * SET; release = EVALSHA, GET, SET (the tombstone). The fence key is written only when a block of tokens runs out
+ * (every TOKEN_BLOCK grants), when the lock key is missing, and when a grant made with the clock at hand finds the
+ * anchor passed. q and w keep the release from looking for waiters and watchers that are not there: waiters queue
+ * only behind a holder, and mark it; a name's first watcher marks it, and a release whose notice reached nobody
+ * unmarks it. A lock key that went missing lost its marks, so the grant after it assumes a watcher.
+ *
+ * Fencing tokens (strictly increasing per name, minted here from the server's state and clock only):
+ * - While the lock key exists, each grant takes the last token + 1, whatever any clock does.
+ * - Tokens are handed out from blocks reserved in the fence key beforehand, so when the lock key is gone (a lease ran
+ *   out unreleased, a tombstone reached its anchor) the next token is max(ceiling + 1, server clock in µs): above
+ *   every earlier token while the fence key exists, again whatever the clock does.
+ * - The fence key lives at least RETENTION_MS past every grant: a grant from a tombstone happens before the anchor,
+ *   every other grant first moves a passed anchor to now + RETENTION_MS, and the key expires RETENTION_MS after it.
+ * - Only once the fence key is gone too — Redis lost its data (a restart without persistence, a failover that lost
+ *   the latest writes, FLUSHALL, eviction), or the name's last grant is more than RETENTION_MS old (an idle name, or
+ *   a lease renewed or granted for longer than that which then ran out unreleased) — does the next token come from
+ *   the server clock alone. It is above every earlier token as long as the server clock has not stepped back by
+ *   more than the time since that name's last grant.
+ * Tokens are not dense: a lease that runs out unreleased skips the rest of its block. They stay below 2^53 (exact in
+ * Lua's doubles and in JavaScript numbers) until the year 2255; a name whose 1 ms leases ran out unreleased every
+ * millisecond, for good, would get there by 2140.
  */
 const PRELUDE = `
 -- The server clock, read once per script: {seconds, microseconds}.
@@ -30,39 +53,80 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
-local function mint()
-  local t = clock()
-  -- Seconds and zero-padded microseconds joined as strings: string.format costs ~1 µs on this hot path.
-  local us = t[2]
-  local now = t[1] .. string.sub('000000', #us + 1) .. us
-  local last = redis.call('SET', KEYS[2], now, 'PX', RETENTION_MS, 'GET')
-  if last and tonumber(last) >= tonumber(now) then
-    -- Counter not below the clock (a second grant in this script or microsecond, or the clock stepped back):
-    -- count on from it.
-    local next = string.format('%.0f', tonumber(last) + 1)
-    redis.call('SET', KEYS[2], next, 'PX', RETENTION_MS)
-    return next
+-- Integers below 2^53 in full (tostring would switch to an exponent).
+local function num(n) return string.format('%.0f', n) end
+
+local function publish(channel, message) return redis.call('PUBLISH_COMMAND', channel, message) end
+
+local function parse(value)
+  return string.match(value, '^(%S+) (%d+) (%d+) (%d+) (%S+)$')
+end
+
+local function has(flags, flag) return string.find(flags, flag, 1, true) ~= nil end
+
+-- flags with \`flag\` added (flags are kept in the order q, w).
+local function with(flags, flag)
+  if flags == '-' then return flag end
+  if flag == 'q' then return 'q' .. flags end
+  return flags .. flag
+end
+
+-- The name's counter: the last token handed out (F), the ceiling of its block (C) and the anchor (A), as numbers,
+-- with C and A also as the strings the lock key holds (formatted again only when they change).
+local F, C, A, Cs, As
+
+local function load(fence, ceiling, anchor)
+  F, C, A, Cs, As = tonumber(fence), tonumber(ceiling), tonumber(anchor), ceiling, anchor
+end
+
+local function reserve()
+  Cs, As = num(C), num(A)
+  redis.call('SET', KEYS[2], Cs, 'PXAT', num(A + RETENTION_MS))
+end
+
+-- The next token. A new block is reserved in the fence key before the old one is exceeded; with the clock at hand
+-- (now), a passed anchor moves too. Without it the caller knows the anchor has not passed (its tombstone exists).
+local function mint(now)
+  F = F + 1
+  local write = false
+  if F > C then
+    C = F + TOKEN_BLOCK
+    write = true
   end
-  return now
+  if now and now >= A then
+    A = now + RETENTION_MS
+    write = true
+  end
+  if write then reserve() end
+  return num(F)
 end
 
-local function grant(owner, ttl)
-  local fence = mint()
-  redis.call('SET', KEYS[1], owner .. ' ' .. fence, 'PX', ttl)
-  return fence
+-- The lock key is missing: the counter goes on from the fence key's ceiling, or from the clock if that is higher.
+-- The new block is written first and the old ceiling read in the same command; the rare case of a ceiling above
+-- the clock (the clock stepped back, or the last block was reserved less than TOKEN_BLOCK µs ago) writes again.
+local function recover()
+  local t = clock()
+  local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  F, C, A = us - 1, us + TOKEN_BLOCK, now_ms() + RETENTION_MS
+  Cs, As = num(C), num(A)
+  local last = tonumber(redis.call('SET', KEYS[2], Cs, 'PXAT', num(A + RETENTION_MS), 'GET'))
+  if last and last > F then
+    F = last
+    C = F + TOKEN_BLOCK
+    reserve()
+  end
 end
 
--- The fencing token of the current grant if \`owner\` holds the lock, else nil.
-local function held_by(owner)
-  local claim = redis.call('GET', KEYS[1])
-  if claim and string.sub(claim, 1, #owner + 1) == owner .. ' ' then return string.sub(claim, #owner + 2) end
-  return nil
+local function grant(owner, fence, ttl, q, w)
+  local flags = q and (w and 'qw' or 'q') or (w and 'w' or '-')
+  redis.call('SET', KEYS[1], owner .. ' ' .. fence .. ' ' .. Cs .. ' ' .. As .. ' ' .. flags, 'PX', ttl)
 end
 
 -- Gives the free lock to the oldest waiter still there and tells only that waiter's process. Skipped for good:
--- entries past their deadline (the waiter gave up or died), and waiters whose process no longer listens (PUBLISH
--- reached nobody). The caller itself (skip) is granted without a message: it reads the grant from its reply.
-local function promote(skip)
+-- entries past their deadline (the waiter gave up or died), and waiters whose process no longer listens (the
+-- message reached nobody; the token minted for it is never used). The caller itself (skip) is granted without a
+-- message: it reads the grant from its reply. The new holder is marked q: more may be queued behind it.
+local function promote(skip, w)
   while true do
     local head = redis.call('LPOP', KEYS[3])
     if not head then return nil end
@@ -70,19 +134,25 @@ local function promote(skip)
     redis.call('HDEL', KEYS[4], head)
     if entry then
       local deadline, ttl, channel = string.match(entry, '^(%d+) (%d+) (.+)$')
-      if deadline and tonumber(deadline) > now_ms() then
-        local fence = grant(head, ttl)
-        if head == skip then return head, fence end
-        if redis.call('PUBLISH', channel, head .. ' ' .. fence) > 0 then return head, fence end
-        redis.call('DEL', KEYS[1])
+      local now = now_ms()
+      if deadline and tonumber(deadline) > now then
+        local fence = mint(now)
+        if head == skip or publish(channel, head .. ' ' .. fence) > 0 then
+          grant(head, fence, ttl, true, w)
+          return head, fence
+        end
       end
     end
   end
 end
 
--- The lock was just deleted: hand it on, or, with nobody queued, tell the name's watchers it is free.
-local function hand_over()
-  if not promote(nil) then redis.call('PUBLISH', string.sub(KEYS[1], 1, -5) .. 'released', '') end
+-- The holder lets go (after load): the lock goes to the oldest live waiter if any may be queued; else it becomes a
+-- tombstone, after telling the name's watchers if any may listen.
+local function let_go(flags)
+  local w = has(flags, 'w')
+  if has(flags, 'q') and promote(nil, w) then return end
+  if w and publish(string.sub(KEYS[1], 1, -5) .. 'released', '') == 0 then w = false end
+  redis.call('SET', KEYS[1], '~ ' .. num(F) .. ' ' .. Cs .. ' ' .. As .. ' ' .. (w and 'w' or '-'), 'PXAT', As)
 end
 `;
 
@@ -94,21 +164,41 @@ end
  */
 const ACQUIRE = `
 local owner = ARGV[1]
-if redis.call('LLEN', KEYS[3]) == 0 then
-  -- Nobody queued: the plain SET NX. A token minted for a busy lock is simply never used (tokens need only grow).
-  local fence = mint()
-  if redis.call('SET', KEYS[1], owner .. ' ' .. fence, 'NX', 'PX', ARGV[2]) then return fence end
-end
-local claim = redis.call('GET', KEYS[1])
-if not claim then
-  -- Free, but others queue (an expiry nobody has acted on yet): the oldest live waiter goes first.
-  local head, fence = promote(owner)
-  if not head then return grant(owner, ARGV[2]) end
-  if head == owner then return fence end
-elseif string.sub(claim, 1, #owner + 1) == owner .. ' ' then
-  -- Already ours: a hand-off this waiter has not heard about yet, or a retry of a call whose reply was lost. The
-  -- lease started before this call, so its remaining time comes along.
-  return {string.sub(claim, #owner + 2), redis.call('PTTL', KEYS[1])}
+local value = redis.call('GET', KEYS[1])
+local who, fence, ceiling, anchor, flags
+if value then
+  who, fence, ceiling, anchor, flags = parse(value)
+  if who == '~' then
+    -- A tombstone: free, and nobody is queued (the queue was empty when it was written, and waiters queue only
+    -- behind a holder). Its anchor has not passed, or it would be gone.
+    load(fence, ceiling, anchor)
+    local mine = mint(nil)
+    grant(owner, mine, ARGV[2], false, flags == 'w')
+    return mine
+  end
+  if who == owner then
+    -- Already ours: a hand-off this waiter has not heard about yet, or a retry of a call whose reply was lost. The
+    -- lease started before this call, so its remaining time comes along.
+    return {fence, redis.call('PTTL', KEYS[1])}
+  end
+else
+  -- Missing: never used, or lost. Waiters may be queued (the holder's lease ran out while they waited): the oldest
+  -- live one goes first. Whether anyone watches is unknown now, so the grant assumes so.
+  recover()
+  if redis.call('LLEN', KEYS[3]) == 0 then
+    local mine = mint(nil)
+    grant(owner, mine, ARGV[2], false, true)
+    return mine
+  end
+  local head, handed = promote(owner, true)
+  if head == owner then return handed end
+  if not head then
+    local mine = mint(nil)
+    grant(owner, mine, ARGV[2], false, true)
+    return mine
+  end
+  -- Handed to the head of the queue, marked q already.
+  flags = 'qw'
 end
 local wait = tonumber(ARGV[3])
 if wait > 0 and redis.call('HSETNX', KEYS[4], owner, string.format('%.0f', now_ms() + wait) .. ' ' .. ARGV[2] .. ' ' .. ARGV[4]) == 1 then
@@ -119,43 +209,74 @@ if wait > 0 and redis.call('HSETNX', KEYS[4], owner, string.format('%.0f', now_m
     redis.call('PEXPIRE', KEYS[3], wait + QUEUE_MARGIN_MS)
     redis.call('PEXPIRE', KEYS[4], wait + QUEUE_MARGIN_MS)
   end
+  -- The holder's release must look at the queue. (A value we cannot read is no grant of ours: its key runs out,
+  -- and the acquire after that looks at the queue anyway.)
+  if flags and not has(flags, 'q') then
+    redis.call('SET', KEYS[1], string.sub(value, 1, #value - #flags) .. with(flags, 'q'), 'KEEPTTL')
+  end
 end
 return redis.call('PTTL', KEYS[1])
 `;
 
-/** ARGV[1] is the claim "<ownership token> <fencing token>". Returns 1 when it was deleted, 0 when not held. */
+/**
+ * ARGV[1] is the claim "<ownership token> <fencing token>". Returns 1 when the holder let go (the lock handed over
+ * or a tombstone left), 0 when not held.
+ */
 const RELEASE = `
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[1])
-hand_over()
+local value = redis.call('GET', KEYS[1])
+if not value or string.sub(value, 1, #ARGV[1] + 1) ~= ARGV[1] .. ' ' then return 0 end
+local _, fence, ceiling, anchor, flags = parse(value)
+if not fence then return 0 end
+load(fence, ceiling, anchor)
+let_go(flags)
 return 1
 `;
 
 /**
  * A waiter leaves (ARGV[1] its ownership token): its queue entry goes, and if the lock was already handed to it,
- * ARGV[2] = '1' keeps the grant (returns {fencing token, PTTL}) while '0' gives it up at once (the owner-checked delete
- * after an abandoned or ambiguous acquire). Returns 0 when the caller does not hold the lock afterwards.
+ * ARGV[2] = '1' keeps the grant (returns {fencing token, PTTL}) while '0' gives it up at once (the owner-checked
+ * undo after an abandoned or ambiguous acquire). Returns 0 when the caller does not hold the lock afterwards.
  */
 const LEAVE = `
 redis.call('LREM', KEYS[3], 0, ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
-local fence = held_by(ARGV[1])
-if not fence then return 0 end
+local value = redis.call('GET', KEYS[1])
+if not value then return 0 end
+local who, fence, ceiling, anchor, flags = parse(value)
+if who ~= ARGV[1] then return 0 end
 if ARGV[2] == '1' then return {fence, redis.call('PTTL', KEYS[1])} end
-redis.call('DEL', KEYS[1])
-hand_over()
+load(fence, ceiling, anchor)
+let_go(flags)
 return 0
 `;
 
 /**
- * KEYS[1..n] lock keys, ARGV[1..n] claims, ARGV[n+1..2n] ttl ms. One call renews a whole batch: holding a thousand
- * locks costs one round trip per renewal tick, not a thousand. Returns 1/0 per lock, in order.
+ * Marks the name watched (w), so that releases publish on its release channel. Returns 1 when the lock key carries
+ * the mark, 0 when the key is missing: the next grant then assumes a watcher anyway.
+ */
+const WATCH = `
+local value = redis.call('GET', KEYS[1])
+if not value then return 0 end
+local _, _, _, _, flags = parse(value)
+if not flags then return 0 end
+if not has(flags, 'w') then
+  redis.call('SET', KEYS[1], string.sub(value, 1, #value - #flags) .. with(flags, 'w'), 'KEEPTTL')
+end
+return 1
+`;
+
+/**
+ * KEYS[1..n] lock keys, ARGV[1..n] claims "<ownership token> <fencing token>", ARGV[n+1..2n] ttl ms. One call renews
+ * a whole batch: holding a thousand locks costs one round trip per renewal tick, not a thousand. Only the TTL
+ * changes: the stored grant keeps its counter and marks. Returns 1/0 per lock, in order.
  */
 const RENEW = `
 local n = #KEYS
 local out = {}
 for i = 1, n do
-  if redis.call('GET', KEYS[i]) == ARGV[i] then
+  local value = redis.call('GET', KEYS[i])
+  local claim = ARGV[i] .. ' '
+  if value and string.sub(value, 1, #claim) == claim then
     redis.call('PEXPIRE', KEYS[i], ARGV[n + i])
     out[i] = 1
   else
@@ -170,23 +291,37 @@ export interface LockScripts {
   readonly release: LuaScript;
   readonly leave: LuaScript;
   readonly renew: LuaScript;
+  readonly watch: LuaScript;
 }
 
 /** Waiters' queue keys live this much longer than the latest deadline in them. */
 const QUEUE_MARGIN_MS = 60_000;
 
-/** The scripts for one fence retention (built into the source: one argument less on every call). */
-export function lockScripts(fenceRetentionMs: number): LockScripts {
+/**
+ * Tokens reserved in the fence key at a time. A lease that runs out unreleased skips at most this many: about a
+ * millisecond of the clock, so even leases of 1 ms running out back to back keep the counter near clock speed.
+ */
+export const TOKEN_BLOCK = 1_000;
+
+/**
+ * The scripts for one fence retention (built into the source: one argument less on every call). `sharded`: publish
+ * with SPUBLISH (Redis >= 7.0; a standalone server takes it too), for a Redis Cluster where every channel a script
+ * publishes on shares the lock's hash tag.
+ */
+export function lockScripts(fenceRetentionMs: number, sharded = false): LockScripts {
   const build = (body: string): LuaScript =>
     new LuaScript(
       (PRELUDE + body)
         .replaceAll('RETENTION_MS', String(Math.trunc(fenceRetentionMs)))
-        .replaceAll('QUEUE_MARGIN_MS', String(QUEUE_MARGIN_MS)),
+        .replaceAll('QUEUE_MARGIN_MS', String(QUEUE_MARGIN_MS))
+        .replaceAll('TOKEN_BLOCK', String(TOKEN_BLOCK))
+        .replaceAll('PUBLISH_COMMAND', sharded ? 'SPUBLISH' : 'PUBLISH'),
     );
   return {
     acquire: build(ACQUIRE),
     release: build(RELEASE),
     leave: build(LEAVE),
     renew: new LuaScript(RENEW),
+    watch: build(WATCH),
   };
 }
