@@ -109,7 +109,8 @@ const REDLOCK_KEYS = [
 
 export function resolveRedisOptions(options: unknown): ResolvedRedisOptions {
   const o = checkOptionsObject(options, REDIS_KEYS, 'a connected Redis `client`');
-  const client = connectionOf(o['client'], 'options.client', { allowCluster: true });
+  const clock = clockOf(o['clock']);
+  const client = connectionOf(o['client'], 'options.client', { allowCluster: true, clock });
   const subscriber = o['subscriber'];
   if (subscriber !== undefined && subscriber === o['client']) {
     throw new InvalidArgumentError('options.subscriber', 'must be a separate connection from options.client');
@@ -122,7 +123,7 @@ export function resolveRedisOptions(options: unknown): ResolvedRedisOptions {
     // The old name took fractions of a millisecond; it still does.
     requestTimeoutMs: requestTimeout(o, 'commandTimeoutMs', false) ?? 5_000,
     fenceRetentionMs: fenceRetention(o['fenceRetentionMs']),
-    clock: clockOf(o['clock']),
+    clock,
   };
 }
 
@@ -132,8 +133,9 @@ export function resolveRedlockOptions(options: unknown): ResolvedRedlockOptions 
   if (!Array.isArray(clients) || clients.length === 0) {
     throw new InvalidArgumentError('options.clients', 'must be a non-empty array of Redis clients');
   }
+  const clock = clockOf(o['clock']);
   const connections = clients.map((client: unknown, i) =>
-    connectionOf(client, `options.clients[${i}]`, { allowCluster: false }),
+    connectionOf(client, `options.clients[${i}]`, { allowCluster: false, clock }),
   );
   // One node counted twice would let a single Redis make up a "majority".
   if (new Set(clients).size !== clients.length) {
@@ -144,7 +146,7 @@ export function resolveRedlockOptions(options: unknown): ResolvedRedlockOptions 
     keyPrefix: o['keyPrefix'] === undefined ? DEFAULT_REDLOCK_PREFIX : validateKeyPrefix(o['keyPrefix']),
     requestTimeoutMs: requestTimeout(o, 'nodeTimeoutMs', true) ?? 250,
     fenceRetentionMs: fenceRetention(o['fenceRetentionMs']),
-    clock: clockOf(o['clock']),
+    clock,
   };
 }
 

@@ -1,4 +1,4 @@
-import { AcquireTimeoutError, LockClient, TransportError } from '@dlock/core';
+import { AcquireTimeoutError, LockClient, systemClock, TransportError } from '@dlock/core';
 import {
   type RedisServer,
   rejection,
@@ -154,7 +154,7 @@ afterAll(async () => {
 describe('the per-node scripts on a real server', () => {
   const signal = new AbortController().signal;
   const node = (): RedisRedlockNode =>
-    new RedisRedlockNode(connectionOf(clients[0], 'client', { allowCluster: false }), {
+    new RedisRedlockNode(connectionOf(clients[0], 'client', { allowCluster: false, clock: systemClock }), {
       prefix: 'dlock:redlock:',
       fenceRetentionMs: 60_000,
       label: 'n0',

@@ -1,4 +1,4 @@
-import { InvalidArgumentError } from '@dlock/core';
+import { type Clock, InvalidArgumentError } from '@dlock/core';
 import type { RedisConnection, RedisSubscription } from './connection.js';
 import {
   type IORedisClient,
@@ -29,7 +29,7 @@ interface ClientKind {
   /** Why this client cannot be used as it is now (not connected, ...); undefined when it can. */
   unusable?(value: Readonly<Record<string, unknown>>): string | undefined;
   /** Absent for kinds no service supports. */
-  connect?(value: object, name: string): RedisConnection;
+  connect?(value: object, name: string, clock: Clock): RedisConnection;
   adopt?(value: object): RedisSubscription;
 }
 
@@ -111,7 +111,7 @@ const KINDS: readonly ClientKind[] = [
     cluster: true,
     matches: (v) => fn(v, ...NODE_REDIS_CLUSTER_METHODS) && typeof v['isOpen'] === 'boolean',
     unusable: nodeRedisClosed,
-    connect: (v, name) => new NodeRedisClusterConnection(v as NodeRedisCluster, name),
+    connect: (v, name, clock) => new NodeRedisClusterConnection(v as NodeRedisCluster, name, clock),
     adopt: (v) => NodeRedisClusterConnection.adopt(v as NodeRedisCluster),
   },
   {
@@ -208,10 +208,10 @@ function check(value: unknown, field: string, allowCluster: boolean): Checked {
 export function connectionOf(
   value: unknown,
   field: string,
-  options: { allowCluster: boolean },
+  options: { allowCluster: boolean; clock: Clock },
 ): RedisConnection {
   const { kind, value: client } = check(value, field, options.allowCluster);
-  return (kind.connect as NonNullable<ClientKind['connect']>)(client, kind.name);
+  return (kind.connect as NonNullable<ClientKind['connect']>)(client, kind.name, options.clock);
 }
 
 /**

@@ -1,3 +1,4 @@
+import type { Clock } from '@dlock/core';
 import type { MessageListener, RedisConnection, RedisSubscription } from './connection.js';
 import { messageText, normalizeReply } from './replies.js';
 
@@ -197,21 +198,43 @@ function scriptKey(args: readonly string[]): string | undefined {
   return undefined;
 }
 
+/** Pause between tries of a command a migrating slot refused, and how many tries (ioredis waits 100 ms, unbounded). */
+const TRYAGAIN_PAUSE_MS = 20;
+const TRYAGAIN_TRIES = 50;
+
+/** The server refused a multi-key command while its slot migrates: it did not run, so sending it again is safe. */
+function isTryAgain(error: unknown): boolean {
+  return error instanceof Error && error.message.startsWith('TRYAGAIN');
+}
+
 export class NodeRedisClusterConnection implements RedisConnection {
   readonly cluster = true;
 
   constructor(
     private readonly client: NodeRedisCluster,
     readonly description: string,
+    private readonly clock: Clock,
   ) {}
 
   isReady(): boolean {
     return this.client.isOpen;
   }
 
+  /**
+   * node-redis follows MOVED and ASK but hands TRYAGAIN (a multi-key script while its slot migrates) to the caller:
+   * it is retried here, briefly, as ioredis does by itself. The call's own bound still ends the wait.
+   */
   async send(args: readonly string[], key: string | undefined, signal?: AbortSignal): Promise<unknown> {
     const options = signal === undefined ? undefined : { abortSignal: signal };
-    return normalizeReply(await this.client.sendCommand(key ?? scriptKey(args), false, args, options));
+    const route = key ?? scriptKey(args);
+    for (let tries = 1; ; tries++) {
+      try {
+        return normalizeReply(await this.client.sendCommand(route, false, args, options));
+      } catch (error) {
+        if (!isTryAgain(error) || tries >= TRYAGAIN_TRIES || signal?.aborted) throw error;
+        await this.clock.sleep(TRYAGAIN_PAUSE_MS, signal);
+      }
+    }
   }
 
   masterOf(slot: number): string | undefined {
