@@ -46,6 +46,8 @@ export class RedisReleaseWatch {
     }
   >();
   #subscriber: RedisSubscription | undefined;
+  /** Connections whose reconnects mark the watched names again (see `watch`). */
+  readonly #remarking = new WeakSet<RedisSubscription>();
   #offReconnect: (() => void) | undefined;
   #ready: Promise<void> | undefined;
   /** The service channel is subscribed on the current connection. */
@@ -62,8 +64,6 @@ export class RedisReleaseWatch {
   // The subscriber (re)connected: messages sent while it was down are lost, so every waiter looks again.
   readonly #onReady = (): void => {
     for (const waiter of this.#waiters.values()) waiter.deliver({ kind: 'recheck' });
-    // A release while we were away found nobody listening and unmarked the name: mark it again.
-    for (const { mark } of this.#watchers.values()) this.#markQuietly(mark);
   };
   // Called by the client library: an exception here would escape into its socket handler and crash the process.
   readonly #onGrant: MessageListener = (message) => {
@@ -183,6 +183,7 @@ export class RedisReleaseWatch {
       this.#quietly((sub) => {
         // Registered only now: a connection created just before has subscribed the names already watched.
         this.#watchers.set(channel, fresh);
+        this.#remarkOnReconnect(sub);
         return sub.subscribe(channel, listener).then(() => this.#markQuietly(mark));
       });
     }
@@ -251,8 +252,10 @@ export class RedisReleaseWatch {
     }
     this.#subscriber = sub;
     // A replacement connection takes over the names already watched and the wake channels joined.
-    for (const [channel, { listener, mark }] of this.#watchers)
+    for (const [channel, { listener, mark }] of this.#watchers) {
+      this.#remarkOnReconnect(sub);
       this.#quietly(() => sub.subscribe(channel, listener).then(() => this.#markQuietly(mark)));
+    }
     for (const [channel, entry] of this.#joined) {
       entry.subscribed = sub.subscribe(channel, this.#onGrant);
       entry.subscribed.catch(() => {});
@@ -310,6 +313,18 @@ export class RedisReleaseWatch {
       pending = Promise.reject(error);
     }
     this.#options.deadlines.bound(pending, this.#options.timeoutMs, 'subscribe').catch(() => {});
+  }
+
+  /**
+   * A release while the subscriber was away found nobody listening and unmarked its name: every reconnect of a
+   * connection that carries watches marks the watched names again (whether or not anyone queues through it).
+   */
+  #remarkOnReconnect(sub: RedisSubscription): void {
+    if (this.#remarking.has(sub)) return;
+    this.#remarking.add(sub);
+    sub.onReconnect(() => {
+      for (const { mark } of this.#watchers.values()) this.#markQuietly(mark);
+    });
   }
 
   /** Best effort, bounded by the caller; it must not throw into the client library's event handlers. */
