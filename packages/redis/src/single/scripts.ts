@@ -36,9 +36,10 @@ import { LuaScript } from '../lua-script.js';
  *   a lease renewed or granted for longer than that which then ran out unreleased) — does the next token come from
  *   the server clock alone. It is above every earlier token as long as the server clock has not stepped back by
  *   more than the time since that name's last grant.
- * Tokens are not dense: a lease that runs out unreleased skips the rest of its block. They stay below 2^53 (exact in
- * Lua's doubles and in JavaScript numbers) until the year 2255; a name whose 1 ms leases ran out unreleased every
- * millisecond, for good, would get there by 2140.
+ * Tokens are not dense: a lease that runs out unreleased skips the rest of its block. That keeps them at the clock's
+ * pace (a block is TOKEN_BLOCK µs of the clock, and a lease lasts at least 1 ms), so every token is still at most
+ * the clock reading of its grant, as the clock-only case needs, unless the clock stepped back. Tokens stay below
+ * 2^53 (exact in Lua's doubles and in JavaScript numbers) until the year 2255.
  */
 const PRELUDE = `
 -- The server clock, read once per script: {seconds, microseconds}.
@@ -298,8 +299,8 @@ export interface LockScripts {
 const QUEUE_MARGIN_MS = 60_000;
 
 /**
- * Tokens reserved in the fence key at a time. A lease that runs out unreleased skips at most this many: about a
- * millisecond of the clock, so even leases of 1 ms running out back to back keep the counter near clock speed.
+ * Tokens reserved in the fence key at a time: one write per this many grants. A lease that runs out unreleased skips
+ * at most this many, no more than the µs it lasted (1 ms at least), so the counter never outruns the clock.
  */
 export const TOKEN_BLOCK = 1_000;
 
