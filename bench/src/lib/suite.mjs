@@ -14,6 +14,7 @@
  *     targets: (results) => '…',               // optional: markdown judging the results against goals, printed
  *                                              //   right under the subjects table
  *     heldLabels: { commands: '…' },           // optional: other headers for (C)'s requests/commands columns
+ *                                              //   (and `scenario`, its heading's label instead of '(C)')
  *     mayBeEmpty: true,                        // optional: report (and exit 0) even when no subject could be set up
  *     onClose: async () => {},                 // optional: close shared probes after the subjects
  *   });
@@ -129,7 +130,8 @@ export async function runSuite(config) {
       results.held.push(await runHeld(subject, o));
     }
     sections.push(
-      `#### (C) ${o.locks.toLocaleString('en-US')} locks held with auto-renewal, TTL ${o.ttlMs / 1000} s, ` +
+      `#### ${config.heldLabels?.scenario ?? '(C)'} ${o.locks.toLocaleString('en-US')} locks held with ` +
+        `auto-renewal, TTL ${o.ttlMs / 1000} s, ` +
         `measured over ${o.durationMs / 1000} s`,
       heldTable(results.held, config.heldLabels),
     );

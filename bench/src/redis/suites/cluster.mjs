@@ -3,7 +3,7 @@
  * node-redis `createCluster` client and once on an ioredis `Cluster`, measured as renewal script calls per second
  * summed over the masters. Only (C) runs here: a cluster changes what a renewal costs, not one lock's round trip.
  */
-import { packageVersion, runSuite } from '../../lib/index.mjs';
+import { fmt, packageVersion, runSuite } from '../../lib/index.mjs';
 import { connectIoredisCluster, connectNodeRedisCluster, startCluster } from '../cluster.mjs';
 import { dlockSubject } from '../dlock.mjs';
 import { clusterTargets } from '../targets.mjs';
@@ -64,15 +64,14 @@ await runSuite({
   uncontended: false,
   contended: false,
   held: { locks: 1000, ttlMs: 3000, durationMs: 10_000 },
-  heldLabels: { commands: `script calls/s (Σ ${MASTERS} masters)` },
+  heldLabels: { scenario: "(C')", commands: `script calls/s (Σ ${MASTERS} masters)` },
   mayBeEmpty: true,
   targets: clusterTargets({
     masters: MASTERS,
-    perMaster: (name) => {
-      const split = perMaster.get(name)?.();
-      return split
-        ? `per master ${split.map((n) => n.toLocaleString('en-US')).join(' / ')} in the window`
-        : undefined;
+    perMaster: (result) => {
+      const split = perMaster.get(result.subject)?.();
+      const seconds = result.durationMs / 1000;
+      return split ? `per master ${split.map((n) => fmt(n / seconds, 1)).join(' / ')}` : undefined;
     },
   }),
   notes: [
