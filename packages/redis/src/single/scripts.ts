@@ -163,15 +163,37 @@ end
  * the caller already held it (granted earlier by a hand-off), else the holder's PTTL (an integer).
  * A free lock goes to the oldest live waiter, so a caller that is not queued never overtakes the queue.
  */
+const ACQUIRE_FAST = `
+local value = redis.call('GET', KEYS[1])
+if value and string.byte(value, 1) == 126 then
+  -- A tombstone "~ <fence> <ceiling> <anchor> <flags>" with tokens left in its block: the grant takes the next one
+  -- and keeps the rest of the value as it is.
+  local find, sub = string.find, string.sub
+  local p = find(value, ' ', 3, true)
+  local q = p and find(value, ' ', p + 1, true)
+  local last = q and sub(value, 3, p - 1)
+  local next = last and tonumber(last)
+  local ceiling = next and tonumber(sub(value, p + 1, q - 1))
+  if ceiling and next + 1 <= ceiling then
+    next = next + 1
+    -- The next decimal without string.format, unless the last digit carries.
+    local digit = string.byte(last, -1)
+    local mine = digit < 57 and sub(last, 1, -2) .. string.char(digit + 1) or string.format('%.0f', next)
+    redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. mine .. sub(value, p), 'PX', ARGV[2])
+    return mine
+  end
+end
+`;
+
 const ACQUIRE = `
 local owner = ARGV[1]
-local value = redis.call('GET', KEYS[1])
 local who, fence, ceiling, anchor, flags
 if value then
   who, fence, ceiling, anchor, flags = parse(value)
   if who == '~' then
     -- A tombstone: free, and nobody is queued (the queue was empty when it was written, and waiters queue only
-    -- behind a holder). Its anchor has not passed, or it would be gone.
+    -- behind a holder). Its anchor has not passed, or it would be gone. (Its block is used up, or the fast path
+    -- above would have granted.)
     load(fence, ceiling, anchor)
     local mine = mint(nil)
     grant(owner, mine, ARGV[2], false, flags == 'w')
@@ -223,11 +245,26 @@ return redis.call('PTTL', KEYS[1])
  * ARGV[1] is the claim "<ownership token> <fencing token>". Returns 1 when the holder let go (the lock handed over
  * or a tombstone left), 0 when not held.
  */
-const RELEASE = `
+const RELEASE_FAST = `
 local value = redis.call('GET', KEYS[1])
-if not value or string.sub(value, 1, #ARGV[1] + 1) ~= ARGV[1] .. ' ' then return 0 end
-local _, fence, ceiling, anchor, flags = parse(value)
-if not fence then return 0 end
+local claim = ARGV[1] .. ' '
+if not value or string.sub(value, 1, #claim) ~= claim then return 0 end
+do
+  -- Nobody queued, nobody watching: the tombstone is the claim's fence and the rest of the value as it is.
+  local find, sub = string.find, string.sub
+  local p = find(value, ' ', #claim + 1, true)
+  local q = p and find(value, ' ', p + 1, true)
+  local s = find(ARGV[1], ' ', 1, true)
+  if q and s and sub(value, q + 1) == '-' then
+    redis.call('SET', KEYS[1], '~ ' .. sub(ARGV[1], s + 1) .. ' ' .. sub(value, #claim + 1), 'PXAT', sub(value, p + 1, q - 1))
+    return 1
+  end
+end
+`;
+
+const RELEASE = `
+local who, fence, ceiling, anchor, flags = parse(value)
+if not fence or who .. ' ' .. fence ~= ARGV[1] then return 0 end
 load(fence, ceiling, anchor)
 let_go(flags)
 return 1
@@ -310,17 +347,18 @@ export const TOKEN_BLOCK = 1_000;
  * publishes on shares the lock's hash tag.
  */
 export function lockScripts(fenceRetentionMs: number, sharded = false): LockScripts {
-  const build = (body: string): LuaScript =>
+  // A fast path goes before the prelude: returning early, it never builds the prelude's closures.
+  const build = (body: string, fast = ''): LuaScript =>
     new LuaScript(
-      (PRELUDE + body)
+      (fast + PRELUDE + body)
         .replaceAll('RETENTION_MS', String(Math.trunc(fenceRetentionMs)))
         .replaceAll('QUEUE_MARGIN_MS', String(QUEUE_MARGIN_MS))
         .replaceAll('TOKEN_BLOCK', String(TOKEN_BLOCK))
         .replaceAll('PUBLISH_COMMAND', sharded ? 'SPUBLISH' : 'PUBLISH'),
     );
   return {
-    acquire: build(ACQUIRE),
-    release: build(RELEASE),
+    acquire: build(ACQUIRE, ACQUIRE_FAST),
+    release: build(RELEASE, RELEASE_FAST),
     leave: build(LEAVE),
     renew: new LuaScript(RENEW),
     watch: build(WATCH),
