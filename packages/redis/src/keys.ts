@@ -5,9 +5,13 @@ export const DEFAULT_KEY_PREFIX = 'dlock:';
 
 /** The Redis keys (and the release channel) of one lock. All share the hash tag `{<encoded name>}`. */
 export interface LockKeys {
-  /** String `"<ownership token> <fencing token>"` with the lease as its TTL; renew and release compare it whole. */
+  /**
+   * String `"<who> <fencing token> <ceiling> <anchor> <flags>"`: held (who = the holder's ownership token, TTL = the
+   * lease; renew and release compare `"<ownership token> <fencing token> "`), or a tombstone (who = `~`, the last
+   * token) that keeps the counter between grants. See `single/scripts.ts`.
+   */
   readonly lock: string;
-  /** The last fencing token minted for this name (a decimal string), kept for the fence retention. */
+  /** The ceiling of the name's reserved block of fencing tokens (a decimal string): none above it was handed out. */
   readonly fence: string;
   /** List of waiting ownership tokens, oldest first. */
   readonly queue: string;
