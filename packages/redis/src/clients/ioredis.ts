@@ -33,6 +33,14 @@ export interface IORedisCluster extends IORedisClient {
 const CLOSED = new Set(['end', 'close']);
 
 /**
+ * Why a call fails when its connection drops before the reply. By default (`autoResendUnfulfilledCommands`) ioredis
+ * keeps such a command and writes it again once reconnected; a copy of a release that already ran would then answer
+ * "not held", and the caller would be told its lock had been taken when it had released it. So the caller learns
+ * at once that the outcome is unknown, as node-redis reports a dropped connection.
+ */
+const CONNECTION_LOST = 'the connection to Redis closed before the reply (the outcome is unknown)';
+
+/**
  * A pub/sub connection on ioredis. ioredis delivers every message through one emitter event per connection, so this
  * keeps the channel → listeners map itself and resubscribes nothing: ioredis does that on reconnect.
  */
@@ -138,6 +146,14 @@ class IORedisSubscription implements RedisSubscription {
 
 export class IORedisConnection implements RedisConnection {
   readonly cluster: boolean;
+  /** Rejects each call waiting for a reply on a single node's connection; listened for only while there are any. */
+  readonly #inFlight = new Set<(error: Error) => void>();
+  readonly #onClose = (): void => {
+    const waiting = [...this.#inFlight];
+    this.#inFlight.clear();
+    this.client.off('close', this.#onClose);
+    for (const reject of waiting) reject(new Error(CONNECTION_LOST));
+  };
 
   constructor(
     private readonly client: IORedisStandalone | IORedisCluster,
@@ -159,7 +175,31 @@ export class IORedisConnection implements RedisConnection {
   /** ioredis routes by the keys it reads from the command itself (EVALSHA's numkeys included). */
   async send(args: readonly string[], _key: string | undefined): Promise<unknown> {
     const [command, ...rest] = args as [string, ...string[]];
-    return normalizeReply(await this.client.call(command, ...rest));
+    const call = this.client.call(command, ...rest);
+    // A Cluster's node connections drop and come back without a 'close' of the Cluster: not covered here.
+    return normalizeReply(await (this.cluster ? call : this.#untilClosed(call)));
+  }
+
+  /** `call`, or a rejection as soon as the connection it was sent on closes (see `CONNECTION_LOST`). */
+  #untilClosed(call: Promise<unknown>): Promise<unknown> {
+    return new Promise((resolve, reject) => {
+      this.#inFlight.add(reject);
+      if (this.#inFlight.size === 1) this.client.on('close', this.#onClose);
+      const done = (): void => {
+        if (this.#inFlight.delete(reject) && this.#inFlight.size === 0)
+          this.client.off('close', this.#onClose);
+      };
+      call.then(
+        (reply) => {
+          done();
+          resolve(reply);
+        },
+        (error: unknown) => {
+          done();
+          reject(error);
+        },
+      );
+    });
   }
 
   masterOf(slot: number): string | undefined {
