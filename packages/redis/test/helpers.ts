@@ -115,6 +115,15 @@ export async function commandCalls(client: Redis): Promise<Record<string, number
   return calls;
 }
 
+/**
+ * Whether a test's client is connected and ready to send, whichever family it comes from: node-redis says so in
+ * `isReady`, ioredis in `status`.
+ */
+export function clientReady(client: object): boolean {
+  if ('isReady' in client) return client.isReady === true;
+  return 'status' in client && client.status === 'ready';
+}
+
 export const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** `promise`, or `fallback` after `ms`: a probe of a server that may be frozen must not hang the test. */
