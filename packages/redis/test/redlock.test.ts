@@ -10,15 +10,19 @@ import { lockServiceContract } from '@dlock/testing/contract';
 import { createClient } from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { connectionOf } from '../src/clients/detect.js';
+import type { RedlockClientLike } from '../src/index.js';
 import { redlockKeys } from '../src/keys.js';
 import { RedlockService } from '../src/redlock/index.js';
 import { RedisRedlockNode } from '../src/redlock/redis-node.js';
 import { ACQUIRE, MINT, RELEASE, RENEW } from '../src/redlock/scripts.js';
-import { connect6, type Redis6 } from './helpers.js';
+import { type Connected, FAMILIES, FAMILY_PAIR, type Family } from './clients.js';
+import { clientReady, connect6, type Redis6 } from './helpers.js';
 
 /*
  * Redlock against real, private redis-server processes on loopback ports (no persistence, so a restart loses
- * everything). Five servers: the first three make the 3-node setup, all five the 5-node one.
+ * everything). Five servers: the first three make the 3-node setup, all five the 5-node one. `clients` (node-redis 5)
+ * serve both as the node-redis deployment and as the tests' probes; suites on other client families connect their
+ * own clients to the same servers.
  */
 
 type Client = ReturnType<typeof createClient>;
@@ -26,6 +30,9 @@ type Client = ReturnType<typeof createClient>;
 const NODE_TIMEOUT_MS = 200;
 const servers: RedisServer[] = [];
 const clients: Client[] = [];
+/** Clients of other families, by server: taking a node down or bringing it back waits for them too. */
+const others: Connected[][] = [[], [], [], [], []];
+const IOREDIS = FAMILIES.filter((family) => family.label.startsWith('ioredis'));
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
 async function connect(url: string): Promise<Client> {
@@ -53,12 +60,19 @@ function within<T>(promise: Promise<T>, ms = 3_000): Promise<T> {
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
 
-/** Until node `index`'s shared client answers a PING again (its `isReady` alone can be stale for a moment). */
+/** Until node `index`'s clients answer a PING again (their ready state alone can be stale for a moment). */
 async function waitReady(index: number): Promise<void> {
   const deadline = Date.now() + 5_000;
+  const answers = async (ready: boolean, ping: () => Promise<unknown>): Promise<boolean> =>
+    ready && (await within(ping(), 500).catch(() => '')) === 'PONG';
   for (;;) {
     const client = clients[index] as Client;
-    if (client.isReady && (await within(client.ping(), 500).catch(() => '')) === 'PONG') return;
+    const followers = others[index] ?? [];
+    const all = await Promise.all([
+      answers(client.isReady, () => client.ping()),
+      ...followers.map((c) => answers(clientReady(c.client), () => c.command(['PING']))),
+    ]);
+    if (all.every(Boolean)) return;
     if (Date.now() > deadline) throw new Error(`node ${index} did not come back`);
     await sleep(20);
   }
@@ -108,15 +122,49 @@ async function restartEmpty(index: number): Promise<void> {
 
 async function takeDown(index: number): Promise<void> {
   await (servers[index] as RedisServer).process.stop();
-  await until(() => clients[index]?.isReady === false, `node ${index} client notices`);
+  const noticed = (): boolean =>
+    clients[index]?.isReady === false && (others[index] ?? []).every((c) => !clientReady(c.client));
+  await until(noticed, `node ${index} clients notice`);
 }
 
 function three(): Client[] {
   return clients.slice(0, 3);
 }
 
-function service(nodes: Client[]): RedlockService {
-  return new RedlockService({ clients: nodes, nodeTimeoutMs: NODE_TIMEOUT_MS });
+function service(nodes: readonly object[]): RedlockService {
+  return new RedlockService({ clients: nodes as RedlockClientLike[], nodeTimeoutMs: NODE_TIMEOUT_MS });
+}
+
+/** A client on each of the five servers (`connect(url, index)`) before the suite, in `others`; closed after it. */
+function clientsOf(connect: (url: string, index: number) => Promise<Connected>): Connected[] {
+  const connected: Connected[] = [];
+  beforeAll(async () => {
+    connected.push(...(await Promise.all(servers.map((s, i) => connect(s.url, i)))));
+    for (const [i, c] of connected.entries()) others[i]?.push(c);
+  });
+  afterAll(async () => {
+    for (const list of others) list.splice(0, list.length, ...list.filter((c) => !connected.includes(c)));
+    await Promise.all(connected.map((c) => c.close()));
+  });
+  return connected;
+}
+
+/** The contract faults for an `count`-node deployment: one node restarted empty, then each in turn. */
+function restartFaults(count: number) {
+  return [
+    {
+      name: 'one node restarted empty',
+      inject: () => restartEmpty(1),
+      recover: async () => {},
+    },
+    {
+      name: 'every node restarted empty, one after another (the counters reseed from the clock)',
+      inject: async () => {
+        for (let i = 0; i < count; i++) await restartEmpty(i);
+      },
+      recover: async () => {},
+    },
+  ];
 }
 
 let counter = 0;
@@ -251,20 +299,7 @@ describe('RedlockService on 3 real nodes', () => {
       closeService: async () => {
         await subject?.close();
       },
-      faults: [
-        {
-          name: 'one node restarted empty',
-          inject: () => restartEmpty(1),
-          recover: async () => {},
-        },
-        {
-          name: 'every node restarted empty, one after another (the counters reseed from the clock)',
-          inject: async () => {
-            for (const i of [0, 1, 2]) await restartEmpty(i);
-          },
-          recover: async () => {},
-        },
-      ],
+      faults: restartFaults(3),
     },
   );
 });
@@ -293,298 +328,381 @@ describe('RedlockService on 3 real nodes, through node-redis 6 clients', () => {
   );
 });
 
-describe('RedlockService faults on real servers', () => {
-  it('one of three nodes down: locks are still granted and tokens still increase, also after it returns empty', async () => {
-    const locks = new LockClient(service(three()), { operationTimeoutMs: 2_000 });
-    const { takeTurn, tokens } = turns(locks, lockName('one-down'));
-    await takeTurn();
-    await takeDown(2);
-    for (let i = 0; i < 4; i++) await takeTurn();
-    await restartEmpty(2);
-    for (let i = 0; i < 3; i++) await takeTurn();
-    await locks.close();
-    expect(tokens).toHaveLength(8);
-    expectIncreasing(tokens);
-  });
+/** A contract suite on the first `count` of `nodes` (their clients read when each test starts). */
+function contractOn(label: string, nodes: () => readonly Connected[], count: number): void {
+  let subject: RedlockService | undefined;
+  lockServiceContract(
+    label,
+    () => {
+      subject = service(
+        nodes()
+          .slice(0, count)
+          .map((c) => c.client),
+      );
+      return { service: subject, close: () => subject?.close() };
+    },
+    {
+      ttlMs: 500,
+      closeService: async () => {
+        await subject?.close();
+      },
+      faults: restartFaults(count),
+    },
+  );
+}
 
-  it('renewMany with a node down: a lease the nodes can neither confirm nor refuse is not renewed; renew says so', async () => {
-    const redlock = service(three());
-    const signal = new AbortController().signal;
-    const grab = async (label: string) => {
-      const name = lockName(label);
-      const result = await redlock.acquire({ name, ownerId: 'test', ttlMs: 5_000, waitMs: 0, signal });
-      if (!result.acquired) throw new Error('expected a grant');
-      const { ownershipToken, fencingToken } = result.grant;
-      return { lease: { name, ownerId: 'test', ownershipToken, fencingToken }, ttlMs: 5_000 };
-    };
-    const [sound, shaky] = [await grab('sound'), await grab('shaky')];
-    await takeDown(2);
-    try {
-      // Node 1 loses the shaky lease's key: node 0 still confirms it, node 1 only retakes it, node 2 is silent.
-      await within((clients[1] as Client).del(redlockKeys('dlock:redlock:', shaky.lease.name).lock));
-      expect(await redlock.renewMany([sound, shaky])).toEqual([{ renewed: true }, { renewed: false }]);
-      // Alone, the same undecided lease is a transport error (core keeps its last proven validity).
-      const again = await grab('shaky-again');
-      await within((clients[1] as Client).del(redlockKeys('dlock:redlock:', again.lease.name).lock));
-      await expect(redlock.renew(again)).rejects.toBeInstanceOf(TransportError);
-      expect(await redlock.renew(sound)).toEqual({ renewed: true });
-      expect(await redlock.release(sound.lease)).toBe(true);
-    } finally {
+// ioredis nodes: on 3 and 5 servers with ioredis 5, on 3 with ioredis 6 (RESP3).
+for (const family of IOREDIS) {
+  describe(`RedlockService through ${family.label} clients`, () => {
+    const nodes = clientsOf((url) => family.connect(url));
+    for (const count of family === FAMILY_PAIR[1] ? [3, 5] : [3]) {
+      contractOn(`RedlockService (${family.label}, ${count} redis-server nodes)`, () => nodes, count);
+    }
+  });
+}
+
+// One deployment mixing the families: node i is reached through FAMILIES[i] (node-redis and ioredis side by side).
+describe('RedlockService on 5 real nodes, each through another client family', () => {
+  const familyOf = (i: number) => FAMILIES[i % FAMILIES.length] as (typeof FAMILIES)[number];
+  const nodes = clientsOf((url, i) => familyOf(i).connect(url));
+  const labels = [0, 1, 2, 3, 4].map((i) => familyOf(i).label).join(', ');
+  contractOn(`RedlockService (mixed: ${labels})`, () => nodes, 5);
+});
+
+/** The clients a fault suite builds its services from: node-redis 5 (`clients`) or another family's. */
+interface NodeSet {
+  /** The services' clients, one per server. */
+  nodes(): readonly object[];
+  /** A client of this family on `url` (a proxy), and how to drop it at once (its replies may be out of step). */
+  connect(url: string): Promise<{ client: object; ready(): boolean; drop(): void }>;
+}
+
+const NODE_REDIS: NodeSet = {
+  nodes: () => clients,
+  async connect(url) {
+    const client = await connect(url);
+    return { client, ready: () => client.isReady, drop: () => client.destroy() };
+  },
+};
+
+/** The fault and timing tests with services on `set`'s clients; the probes stay the node-redis `clients`. */
+function faultSuites(set: NodeSet): void {
+  const firstNodes = (count: number): readonly object[] => set.nodes().slice(0, count);
+
+  describe('RedlockService faults on real servers', () => {
+    it('one of three nodes down: locks are still granted and tokens still increase, also after it returns empty', async () => {
+      const locks = new LockClient(service(firstNodes(3)), { operationTimeoutMs: 2_000 });
+      const { takeTurn, tokens } = turns(locks, lockName('one-down'));
+      await takeTurn();
+      await takeDown(2);
+      for (let i = 0; i < 4; i++) await takeTurn();
       await restartEmpty(2);
-    }
-  });
+      for (let i = 0; i < 3; i++) await takeTurn();
+      await locks.close();
+      expect(tokens).toHaveLength(8);
+      expectIncreasing(tokens);
+    });
 
-  it('two of three nodes down: acquisition fails cleanly within its wait budget, and works again after', async () => {
-    const locks = new LockClient(service(three()), { operationTimeoutMs: 2_000 });
-    const name = lockName('two-down');
-    const before = await locks.acquire(name, { ttlMs: 2_000 });
-    await before.release();
+    it('renewMany with a node down: a lease the nodes can neither confirm nor refuse is not renewed; renew says so', async () => {
+      const redlock = service(firstNodes(3));
+      const signal = new AbortController().signal;
+      const grab = async (label: string) => {
+        const name = lockName(label);
+        const result = await redlock.acquire({ name, ownerId: 'test', ttlMs: 5_000, waitMs: 0, signal });
+        if (!result.acquired) throw new Error('expected a grant');
+        const { ownershipToken, fencingToken } = result.grant;
+        return { lease: { name, ownerId: 'test', ownershipToken, fencingToken }, ttlMs: 5_000 };
+      };
+      const [sound, shaky] = [await grab('sound'), await grab('shaky')];
+      await takeDown(2);
+      try {
+        // Node 1 loses the shaky lease's key: node 0 still confirms it, node 1 only retakes it, node 2 is silent.
+        await within((clients[1] as Client).del(redlockKeys('dlock:redlock:', shaky.lease.name).lock));
+        expect(await redlock.renewMany([sound, shaky])).toEqual([{ renewed: true }, { renewed: false }]);
+        // Alone, the same undecided lease is a transport error (core keeps its last proven validity).
+        const again = await grab('shaky-again');
+        await within((clients[1] as Client).del(redlockKeys('dlock:redlock:', again.lease.name).lock));
+        await expect(redlock.renew(again)).rejects.toBeInstanceOf(TransportError);
+        expect(await redlock.renew(sound)).toEqual({ renewed: true });
+        expect(await redlock.release(sound.lease)).toBe(true);
+      } finally {
+        await restartEmpty(2);
+      }
+    });
 
-    await takeDown(0);
-    servers[1]?.process.pause(); // one down, one hung: neither may make the call wait past its budget
-    try {
-      const waitMs = 600;
-      const startedAt = performance.now();
-      const error = await rejection(locks.acquire(name, { ttlMs: 2_000, waitMs }));
-      const elapsed = performance.now() - startedAt;
-      expect(error instanceof TransportError || error instanceof AcquireTimeoutError).toBe(true);
-      expect(error).toBeInstanceOf(TransportError); // "no quorum reachable", not "busy"
-      expect(elapsed).toBeGreaterThanOrEqual(waitMs - 50);
-      // waitMs, plus at most one more attempt's two rounds, plus slack for a busy machine.
-      expect(elapsed).toBeLessThan(waitMs + 2 * NODE_TIMEOUT_MS + 1_500);
-      // A single attempt (waitMs 0) is bounded by one round.
-      const once = performance.now();
-      await expect(locks.acquire(name, { ttlMs: 2_000 })).rejects.toBeInstanceOf(TransportError);
-      expect(performance.now() - once).toBeLessThan(NODE_TIMEOUT_MS + 1_000);
-    } finally {
-      servers[1]?.process.resume();
-      await restartEmpty(0);
-    }
-    const after = await locks.acquire(name, { ttlMs: 2_000, waitMs: 2_000 });
-    expect(after.fencingToken).toBeGreaterThan(before.fencingToken);
-    await locks.close();
-  });
+    it('two of three nodes down: acquisition fails cleanly within its wait budget, and works again after', async () => {
+      const locks = new LockClient(service(firstNodes(3)), { operationTimeoutMs: 2_000 });
+      const name = lockName('two-down');
+      const before = await locks.acquire(name, { ttlMs: 2_000 });
+      await before.release();
 
-  it('a node restarted empty between grants, and the only node shared by both majorities: tokens still increase', async () => {
-    // Node 2 is reached through a proxy, so it can be cut off with its data intact and without commands queued for
-    // it (a paused server would run them on resume and learn the token after all).
-    const proxy = await startTcpProxy({ targetPort: (servers[2] as RedisServer).port });
-    const viaProxy = await connect(`redis://127.0.0.1:${proxy.port}`);
-    const redlock = service([clients[0] as Client, clients[1] as Client, viaProxy]);
-    const locks = new LockClient(redlock, { operationTimeoutMs: 2_000 });
-    const name = lockName('restart-between');
-    try {
-      // Warm the name on every node, so node 2 holds an old counter.
-      await (await locks.acquire(name, { ttlMs: 2_000 })).release();
-      // A release returns once a majority deleted; let node 2's delete land before cutting it off.
-      const { lock: lockKey } = redlockKeys('dlock:redlock:', name);
-      for (let i = 0; i < 100 && (await within((clients[2] as Client).exists(lockKey))) > 0; i++)
-        await sleep(10);
-      proxy.mode = 'blackhole';
-      const a = await locks.acquire(name, { ttlMs: 2_000, waitMs: 1_000 }); // majority {0, 1}
-      await a.release();
-      proxy.resetAll();
-      proxy.mode = 'pass';
-      await restartEmpty(1); // node 1 forgets A's token; node 2 never saw it
-      await until(() => viaProxy.isReady);
+      await takeDown(0);
+      servers[1]?.process.pause(); // one down, one hung: neither may make the call wait past its budget
+      try {
+        const waitMs = 600;
+        const startedAt = performance.now();
+        const error = await rejection(locks.acquire(name, { ttlMs: 2_000, waitMs }));
+        const elapsed = performance.now() - startedAt;
+        expect(error instanceof TransportError || error instanceof AcquireTimeoutError).toBe(true);
+        expect(error).toBeInstanceOf(TransportError); // "no quorum reachable", not "busy"
+        expect(elapsed).toBeGreaterThanOrEqual(waitMs - 50);
+        // waitMs, plus at most one more attempt's two rounds, plus slack for a busy machine.
+        expect(elapsed).toBeLessThan(waitMs + 2 * NODE_TIMEOUT_MS + 1_500);
+        // A single attempt (waitMs 0) is bounded by one round.
+        const once = performance.now();
+        await expect(locks.acquire(name, { ttlMs: 2_000 })).rejects.toBeInstanceOf(TransportError);
+        expect(performance.now() - once).toBeLessThan(NODE_TIMEOUT_MS + 1_000);
+      } finally {
+        servers[1]?.process.resume();
+        await restartEmpty(0);
+      }
+      const after = await locks.acquire(name, { ttlMs: 2_000, waitMs: 2_000 });
+      expect(after.fencingToken).toBeGreaterThan(before.fencingToken);
+      await locks.close();
+    });
+
+    it('a node restarted empty between grants, and the only node shared by both majorities: tokens still increase', async () => {
+      // Node 2 is reached through a proxy, so it can be cut off with its data intact and without commands queued for
+      // it (a paused server would run them on resume and learn the token after all).
+      const proxy = await startTcpProxy({ targetPort: (servers[2] as RedisServer).port });
+      const viaProxy = await set.connect(`redis://127.0.0.1:${proxy.port}`);
+      const redlock = service([...firstNodes(2), viaProxy.client]);
+      const locks = new LockClient(redlock, { operationTimeoutMs: 2_000 });
+      const name = lockName('restart-between');
+      try {
+        // Warm the name on every node, so node 2 holds an old counter.
+        await (await locks.acquire(name, { ttlMs: 2_000 })).release();
+        // A release returns once a majority deleted; let node 2's delete land before cutting it off.
+        const { lock: lockKey } = redlockKeys('dlock:redlock:', name);
+        for (let i = 0; i < 100 && (await within((clients[2] as Client).exists(lockKey))) > 0; i++)
+          await sleep(10);
+        proxy.mode = 'blackhole';
+        const a = await locks.acquire(name, { ttlMs: 2_000, waitMs: 1_000 }); // majority {0, 1}
+        await a.release();
+        proxy.resetAll();
+        proxy.mode = 'pass';
+        await restartEmpty(1); // node 1 forgets A's token; node 2 never saw it
+        await until(() => viaProxy.ready());
+        servers[0]?.process.pause();
+        try {
+          const b = await locks.acquire(name, { ttlMs: 2_000, waitMs: 1_000 }); // majority {1, 2}
+          expect(b.fencingToken).toBeGreaterThan(a.fencingToken);
+          await b.release();
+        } finally {
+          servers[0]?.process.resume();
+        }
+      } finally {
+        await locks.close();
+        viaProxy.drop();
+        await proxy.close();
+      }
+    });
+
+    it('a paused node: acquire, renewals and release stay bounded and the lock is held throughout', async () => {
+      const redlock = service(firstNodes(3));
+      const locks = new LockClient(redlock, { operationTimeoutMs: 2_000 });
+      const other = new LockClient(service(firstNodes(3)), { operationTimeoutMs: 2_000 });
+      const name = lockName('paused');
       servers[0]?.process.pause();
       try {
-        const b = await locks.acquire(name, { ttlMs: 2_000, waitMs: 1_000 }); // majority {1, 2}
-        expect(b.fencingToken).toBeGreaterThan(a.fencingToken);
-        await b.release();
+        let startedAt = performance.now();
+        const handle = await locks.acquire(name, { ttlMs: 600, waitMs: 1_000 });
+        // Two nodes answering make the quorum: the call does not wait for the paused one.
+        expect(performance.now() - startedAt).toBeLessThan(NODE_TIMEOUT_MS + 500);
+        let renewals = 0;
+        locks.events.on('renewed', () => {
+          renewals += 1;
+        });
+        await sleep(1_500); // 2.5 TTLs: renewals must keep it
+        expect(renewals).toBeGreaterThanOrEqual(2);
+        expect(handle.state).toBe('held');
+        expect(await other.tryAcquire(name, { ttlMs: 600 })).toBeNull();
+        startedAt = performance.now();
+        await handle.release();
+        expect(performance.now() - startedAt).toBeLessThan(NODE_TIMEOUT_MS + 500);
+        const next = await other.acquire(name, { ttlMs: 600, waitMs: 1_000 });
+        expect(next.fencingToken).toBeGreaterThan(handle.fencingToken);
+        await next.release();
       } finally {
         servers[0]?.process.resume();
       }
-    } finally {
-      await locks.close();
-      viaProxy.destroy();
-      await proxy.close();
-    }
-  });
-
-  it('a paused node: acquire, renewals and release stay bounded and the lock is held throughout', async () => {
-    const redlock = service(three());
-    const locks = new LockClient(redlock, { operationTimeoutMs: 2_000 });
-    const other = new LockClient(service(three()), { operationTimeoutMs: 2_000 });
-    const name = lockName('paused');
-    servers[0]?.process.pause();
-    try {
-      let startedAt = performance.now();
-      const handle = await locks.acquire(name, { ttlMs: 600, waitMs: 1_000 });
-      // Two nodes answering make the quorum: the call does not wait for the paused one.
-      expect(performance.now() - startedAt).toBeLessThan(NODE_TIMEOUT_MS + 500);
-      let renewals = 0;
-      locks.events.on('renewed', () => {
-        renewals += 1;
-      });
-      await sleep(1_500); // 2.5 TTLs: renewals must keep it
-      expect(renewals).toBeGreaterThanOrEqual(2);
-      expect(handle.state).toBe('held');
-      expect(await other.tryAcquire(name, { ttlMs: 600 })).toBeNull();
-      startedAt = performance.now();
-      await handle.release();
-      expect(performance.now() - startedAt).toBeLessThan(NODE_TIMEOUT_MS + 500);
-      const next = await other.acquire(name, { ttlMs: 600, waitMs: 1_000 });
-      expect(next.fencingToken).toBeGreaterThan(handle.fencingToken);
-      await next.release();
-    } finally {
-      servers[0]?.process.resume();
-    }
-    await Promise.all([locks.close(), other.close()]);
-  });
-
-  it('renewal retakes the key on a node that restarted empty, so a later second restart does not lose the lock', async () => {
-    const locks = new LockClient(service(three()), { operationTimeoutMs: 2_000 });
-    const name = lockName('heal');
-    const { lock: lockKey } = redlockKeys('dlock:redlock:', name);
-    const handle = await locks.acquire(name, { ttlMs: 900 });
-    await restartEmpty(0);
-    await sleep(1_000); // renewals every ~300 ms; the first after the restart may find no scripts cached
-    expect(await within((clients[0] as Client).exists(lockKey))).toBe(1);
-    await restartEmpty(1);
-    await sleep(1_000);
-    expect(handle.state).toBe('held');
-    expect(await holders(lockKey)).toBe(3);
-    await handle.release();
-    // release returns once a majority deleted; the last node follows within a round trip.
-    expect(await holdersSoon(lockKey, 1_000)).toBe(0);
-    await locks.close();
-  });
-
-  it('a takeover on a majority: the old holder is told Lost (rejected), the new one has a higher token', async () => {
-    const a = new LockClient(service(three()), { operationTimeoutMs: 2_000 });
-    const b = new LockClient(service(three()), { operationTimeoutMs: 2_000 });
-    const name = lockName('takeover');
-    const { lock: lockKey } = redlockKeys('dlock:redlock:', name);
-    const lost = new Promise<string>((resolve) => {
-      a.events.on('lost', (event) => resolve(event.reason));
+      await Promise.all([locks.close(), other.close()]);
     });
-    const first = await a.acquire(name, { ttlMs: 900 });
-    // Nodes 0 and 1 forget the grant, as if their keys had expired early (restart, clock jump).
-    await within((clients[0] as Client).del(lockKey));
-    await within((clients[1] as Client).del(lockKey));
-    const second = await b.acquire(name, { ttlMs: 900 });
-    expect(second.fencingToken).toBeGreaterThan(first.fencingToken);
-    expect(await within(lost)).toBe('rejected');
-    expect(first.state).toBe('lost');
-    await second.release();
-    await Promise.all([a.close(), b.close()]);
-  });
 
-  it('replies lost on every node: the acquire fails, and the claims it may have made are deleted, not left to the TTL', async () => {
-    const proxies: TcpProxy[] = await Promise.all(
-      servers.slice(0, 3).map((s) => startTcpProxy({ targetPort: s.port })),
-    );
-    const proxied = await Promise.all(proxies.map((p) => connect(`redis://127.0.0.1:${p.port}`)));
-    const name = lockName('lost-replies');
-    const { lock: lockKey } = redlockKeys('dlock:redlock:', name);
-    try {
-      for (const proxy of proxies) proxy.dropReplies(true);
-      const redlock = service(proxied);
-      const startedAt = performance.now();
-      await expect(
-        redlock.acquire({
-          name,
-          ownerId: 'test',
-          ttlMs: 10_000,
-          waitMs: 0,
-          signal: new AbortController().signal,
-        }),
-      ).rejects.toBeInstanceOf(TransportError);
-      expect(performance.now() - startedAt).toBeLessThan(NODE_TIMEOUT_MS + 1_000);
-      // The SETs did land (only the replies were lost) ...
-      // ... and the cleanup deletes, which also reach the servers, removed them long before the 10 s TTL.
-      expect(await holdersSoon(lockKey, 2_000)).toBe(0);
-    } finally {
-      // These connections' reply streams are out of step now: never reuse them.
-      for (const client of proxied) client.destroy();
-      await Promise.all(proxies.map((p) => p.close()));
-    }
-  });
-});
+    it('renewal retakes the key on a node that restarted empty, so a later second restart does not lose the lock', async () => {
+      const locks = new LockClient(service(firstNodes(3)), { operationTimeoutMs: 2_000 });
+      const name = lockName('heal');
+      const { lock: lockKey } = redlockKeys('dlock:redlock:', name);
+      const handle = await locks.acquire(name, { ttlMs: 900 });
+      await restartEmpty(0);
+      await sleep(1_000); // renewals every ~300 ms; the first after the restart may find no scripts cached
+      expect(await within((clients[0] as Client).exists(lockKey))).toBe(1);
+      await restartEmpty(1);
+      await sleep(1_000);
+      expect(handle.state).toBe('held');
+      expect(await holders(lockKey)).toBe(3);
+      await handle.release();
+      // release returns once a majority deleted; the last node follows within a round trip.
+      expect(await holdersSoon(lockKey, 1_000)).toBe(0);
+      await locks.close();
+    });
 
-describe('RedlockService: the claims of an acquire whose replies were lost', () => {
-  const OPERATION_TIMEOUT_MS = 1_000;
+    it('a takeover on a majority: the old holder is told Lost (rejected), the new one has a higher token', async () => {
+      const a = new LockClient(service(firstNodes(3)), { operationTimeoutMs: 2_000 });
+      const b = new LockClient(service(firstNodes(3)), { operationTimeoutMs: 2_000 });
+      const name = lockName('takeover');
+      const { lock: lockKey } = redlockKeys('dlock:redlock:', name);
+      const lost = new Promise<string>((resolve) => {
+        a.events.on('lost', (event) => resolve(event.reason));
+      });
+      const first = await a.acquire(name, { ttlMs: 900 });
+      // Nodes 0 and 1 forget the grant, as if their keys had expired early (restart, clock jump).
+      await within((clients[0] as Client).del(lockKey));
+      await within((clients[1] as Client).del(lockKey));
+      const second = await b.acquire(name, { ttlMs: 900 });
+      expect(second.fencingToken).toBeGreaterThan(first.fencingToken);
+      expect(await within(lost)).toBe('rejected');
+      expect(first.state).toBe('lost');
+      await second.release();
+      await Promise.all([a.close(), b.close()]);
+    });
 
-  for (const cache of ['every script cached', 'only the claim script cached'] as const) {
-    it(`are undone within operationTimeoutMs + 1 s of core giving up, while replies keep being lost (${cache})`, async () => {
+    it('replies lost on every node: the acquire fails, and the claims it may have made are deleted, not left to the TTL', async () => {
       const proxies: TcpProxy[] = await Promise.all(
         servers.slice(0, 3).map((s) => startTcpProxy({ targetPort: s.port })),
       );
-      const proxied = await Promise.all(proxies.map((p) => connect(`redis://127.0.0.1:${p.port}`)));
-      // Rounds bounded by more than core's operation timeout: core gives up on the call first.
-      const holder = new LockClient(new RedlockService({ clients: proxied, nodeTimeoutMs: 3_000 }), {
-        operationTimeoutMs: OPERATION_TIMEOUT_MS,
-      });
-      const contender = new LockClient(service(three()), { operationTimeoutMs: 2_000 });
-      const name = lockName('stray-claims');
+      const proxied = await Promise.all(proxies.map((p) => set.connect(`redis://127.0.0.1:${p.port}`)));
+      const name = lockName('lost-replies');
       const { lock: lockKey } = redlockKeys('dlock:redlock:', name);
       try {
-        for (const client of three()) {
-          if (cache === 'every script cached') {
-            for (const script of [ACQUIRE, MINT, RENEW, RELEASE]) {
-              await within(client.sendCommand(['SCRIPT', 'LOAD', script.source]));
-            }
-          } else {
-            // The release script gone from the cache (evicted, flushed) while the claim script is still there.
-            await within(client.sendCommand(['SCRIPT', 'FLUSH']));
-            await within(client.sendCommand(['SCRIPT', 'LOAD', ACQUIRE.source]));
-          }
-        }
         for (const proxy of proxies) proxy.dropReplies(true);
+        const redlock = service(proxied.map((c) => c.client));
         const startedAt = performance.now();
-        const failed = holder.acquire(name, { ttlMs: 10_000 }).catch((error: unknown) => error);
-        // The claims did land (only the replies are lost): a lock nobody will use, for 10 s.
-        expect(await holdersSoonAtLeast(lockKey, 2, 1_000)).toBeGreaterThanOrEqual(2);
-        // Watched with plain EXISTS: a Redlock contender's own clean-ups would load the scripts into the cache.
-        expect(await holdersSoon(lockKey, 3_000)).toBe(0);
-        const after = performance.now() - startedAt;
-        expect(await failed).toBeInstanceOf(TransportError);
-        // Before the fix: the claims stayed until the round's own 3 s deadline, and for their whole TTL when the
-        // release script had to be re-sent after a NOSCRIPT that was lost.
-        expect(after).toBeLessThanOrEqual(OPERATION_TIMEOUT_MS + 1_000);
-        const next = await contender.tryAcquire(name, { ttlMs: 10_000 });
-        expect(next?.isHeld()).toBe(true);
-        await next?.release();
+        await expect(
+          redlock.acquire({
+            name,
+            ownerId: 'test',
+            ttlMs: 10_000,
+            waitMs: 0,
+            signal: new AbortController().signal,
+          }),
+        ).rejects.toBeInstanceOf(TransportError);
+        expect(performance.now() - startedAt).toBeLessThan(NODE_TIMEOUT_MS + 1_000);
+        // The SETs did land (only the replies were lost) ...
+        // ... and the cleanup deletes, which also reach the servers, removed them long before the 10 s TTL.
+        expect(await holdersSoon(lockKey, 2_000)).toBe(0);
       } finally {
-        await Promise.all([holder.close(), contender.close()]);
         // These connections' reply streams are out of step now: never reuse them.
-        for (const client of proxied) client.destroy();
+        for (const c of proxied) c.drop();
         await Promise.all(proxies.map((p) => p.close()));
       }
     });
-  }
-});
+  });
 
-describe('RedlockService on 5 real nodes', () => {
-  it('two of five down: still granted with increasing tokens; three down: fails cleanly', async () => {
-    const redlock = service(clients.slice(0, 5));
-    expect(redlock.quorum).toBe(3);
-    const locks = new LockClient(redlock, { operationTimeoutMs: 2_000 });
-    const name = lockName('five');
-    const { takeTurn, tokens } = turns(locks, name);
-    await takeTurn();
-    await takeDown(3);
-    servers[4]?.process.pause();
-    try {
-      for (let i = 0; i < 3; i++) await takeTurn();
-      servers[0]?.process.pause();
-      try {
-        const startedAt = performance.now();
-        await expect(locks.acquire(name, { ttlMs: 2_000, waitMs: 300 })).rejects.toBeInstanceOf(
-          TransportError,
+  describe('RedlockService: the claims of an acquire whose replies were lost', () => {
+    const OPERATION_TIMEOUT_MS = 1_000;
+
+    for (const cache of ['every script cached', 'only the claim script cached'] as const) {
+      it(`are undone within operationTimeoutMs + 1 s of core giving up, while replies keep being lost (${cache})`, async () => {
+        const proxies: TcpProxy[] = await Promise.all(
+          servers.slice(0, 3).map((s) => startTcpProxy({ targetPort: s.port })),
         );
-        expect(performance.now() - startedAt).toBeLessThan(300 + 2 * NODE_TIMEOUT_MS + 1_500);
-      } finally {
-        servers[0]?.process.resume();
-      }
-    } finally {
-      servers[4]?.process.resume();
+        const proxied = await Promise.all(proxies.map((p) => set.connect(`redis://127.0.0.1:${p.port}`)));
+        // Rounds bounded by more than core's operation timeout: core gives up on the call first.
+        const holder = new LockClient(
+          new RedlockService({
+            clients: proxied.map((c) => c.client as RedlockClientLike),
+            nodeTimeoutMs: 3_000,
+          }),
+          {
+            operationTimeoutMs: OPERATION_TIMEOUT_MS,
+          },
+        );
+        const contender = new LockClient(service(firstNodes(3)), { operationTimeoutMs: 2_000 });
+        const name = lockName('stray-claims');
+        const { lock: lockKey } = redlockKeys('dlock:redlock:', name);
+        try {
+          for (const client of three()) {
+            if (cache === 'every script cached') {
+              for (const script of [ACQUIRE, MINT, RENEW, RELEASE]) {
+                await within(client.sendCommand(['SCRIPT', 'LOAD', script.source]));
+              }
+            } else {
+              // The release script gone from the cache (evicted, flushed) while the claim script is still there.
+              await within(client.sendCommand(['SCRIPT', 'FLUSH']));
+              await within(client.sendCommand(['SCRIPT', 'LOAD', ACQUIRE.source]));
+            }
+          }
+          for (const proxy of proxies) proxy.dropReplies(true);
+          const startedAt = performance.now();
+          const failed = holder.acquire(name, { ttlMs: 10_000 }).catch((error: unknown) => error);
+          // The claims did land (only the replies are lost): a lock nobody will use, for 10 s.
+          expect(await holdersSoonAtLeast(lockKey, 2, 1_000)).toBeGreaterThanOrEqual(2);
+          // Watched with plain EXISTS: a Redlock contender's own clean-ups would load the scripts into the cache.
+          expect(await holdersSoon(lockKey, 3_000)).toBe(0);
+          const after = performance.now() - startedAt;
+          expect(await failed).toBeInstanceOf(TransportError);
+          // Before the fix: the claims stayed until the round's own 3 s deadline, and for their whole TTL when the
+          // release script had to be re-sent after a NOSCRIPT that was lost.
+          expect(after).toBeLessThanOrEqual(OPERATION_TIMEOUT_MS + 1_000);
+          const next = await contender.tryAcquire(name, { ttlMs: 10_000 });
+          expect(next?.isHeld()).toBe(true);
+          await next?.release();
+        } finally {
+          await Promise.all([holder.close(), contender.close()]);
+          // These connections' reply streams are out of step now: never reuse them.
+          for (const c of proxied) c.drop();
+          await Promise.all(proxies.map((p) => p.close()));
+        }
+      });
     }
-    await restartEmpty(3);
-    await takeTurn();
-    expect(tokens).toHaveLength(5);
-    expectIncreasing(tokens);
-    await locks.close();
+  });
+
+  describe('RedlockService on 5 real nodes', () => {
+    it('two of five down: still granted with increasing tokens; three down: fails cleanly', async () => {
+      const redlock = service(firstNodes(5));
+      expect(redlock.quorum).toBe(3);
+      const locks = new LockClient(redlock, { operationTimeoutMs: 2_000 });
+      const name = lockName('five');
+      const { takeTurn, tokens } = turns(locks, name);
+      await takeTurn();
+      await takeDown(3);
+      servers[4]?.process.pause();
+      try {
+        for (let i = 0; i < 3; i++) await takeTurn();
+        servers[0]?.process.pause();
+        try {
+          const startedAt = performance.now();
+          await expect(locks.acquire(name, { ttlMs: 2_000, waitMs: 300 })).rejects.toBeInstanceOf(
+            TransportError,
+          );
+          expect(performance.now() - startedAt).toBeLessThan(300 + 2 * NODE_TIMEOUT_MS + 1_500);
+        } finally {
+          servers[0]?.process.resume();
+        }
+      } finally {
+        servers[4]?.process.resume();
+      }
+      await restartEmpty(3);
+      await takeTurn();
+      expect(tokens).toHaveLength(5);
+      expectIncreasing(tokens);
+      await locks.close();
+    });
+  });
+}
+
+faultSuites(NODE_REDIS);
+
+describe(`RedlockService through ${(FAMILY_PAIR[1] as Family).label} clients: faults`, () => {
+  const family = FAMILY_PAIR[1] as Family;
+  const nodes = clientsOf((url) => family.connect(url));
+  faultSuites({
+    nodes: () => nodes.map((c) => c.client),
+    async connect(url) {
+      const connected = await family.connect(url);
+      const { client } = connected;
+      return { client, ready: () => clientReady(client), drop: () => void connected.close() };
+    },
   });
 });
