@@ -87,7 +87,7 @@ export class RedisLockService implements LockService, AsyncDisposable {
     });
     this.#protocol = new RedisProtocol({
       client: resolved.client,
-      scripts: lockScripts(resolved.fenceRetentionMs),
+      scripts: lockScripts(resolved.fenceRetentionMs, resolved.client.cluster),
       deadlines,
       clock: this.#clock,
       requestTimeoutMs: this.#timeoutMs,

@@ -184,7 +184,14 @@ export class RedisReleaseWatch {
         // Registered only now: a connection created just before has subscribed the names already watched.
         this.#watchers.set(channel, fresh);
         this.#remarkOnReconnect(sub);
-        return sub.subscribe(channel, listener).then(() => this.#markQuietly(mark));
+        return sub
+          .subscribe(channel, listener)
+          .then(() => this.#marked(mark))
+          .then(() => {
+            // A release between the caller's refused attempt and this moment published nothing we could hear:
+            // wake the watchers once now that notices flow (the SPI's rule; a spurious wake costs one attempt).
+            if (this.#watchers.get(channel) === fresh) listener('');
+          });
       });
     }
     const { callbacks, listener } = entry;
@@ -325,6 +332,16 @@ export class RedisReleaseWatch {
     sub.onReconnect(() => {
       for (const { mark } of this.#watchers.values()) this.#markQuietly(mark);
     });
+  }
+
+  /** `mark`, settled either way: a failed mark only costs notices until the next one. */
+  async #marked(mark: (() => Promise<unknown>) | undefined): Promise<void> {
+    if (mark === undefined || this.#closed) return;
+    try {
+      await mark();
+    } catch {
+      // as above
+    }
   }
 
   /** Best effort, bounded by the caller; it must not throw into the client library's event handlers. */
