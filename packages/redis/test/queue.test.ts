@@ -1,7 +1,8 @@
 import { LockClient, type LockHandle } from '@dlock/core';
 import { startTcpProxy } from '@dlock/test-utils';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { lockKeys, RedisLockService } from '../src/index.js';
+import { lockKeys, type RedisClientLike, RedisLockService } from '../src/index.js';
+import { FAMILIES, type Family } from './clients.js';
 import { commandCalls, connect, disconnect, eventually, type Redis, SideRedis, sleep } from './helpers.js';
 
 // Fair, herd-free waiting, observed on a private server so that command counts are ours alone.
@@ -348,4 +349,39 @@ describe('a subscriber the caller owns', () => {
       await disconnect(client);
     }
   });
+});
+
+describe('a subscriber connection dropped while a waiter waits, on each client family', () => {
+  /** A "process" on `family`'s client, with the subscriber connection the service makes itself. */
+  async function familyNode(family: Family) {
+    const connected = await family.connect(side.url);
+    const service = new RedisLockService({ client: connected.client as RedisClientLike });
+    const locks = new LockClient(service);
+    const entry = {
+      locks,
+      close: async () => {
+        await locks.close();
+        await service.close();
+        await connected.close();
+      },
+    };
+    opened.push(entry);
+    return entry;
+  }
+
+  for (const family of FAMILIES) {
+    it(`re-checks once it is back, so a hand-off lost meanwhile costs no full wait (${family.label})`, async () => {
+      const name = `resubscribe ${family.label}`;
+      const [a, b] = await Promise.all([familyNode(family), familyNode(family)]);
+      const first = await a.locks.acquire(name, { ttlMs: 20_000 });
+      const waiting = b.locks.acquire(name, { ttlMs: 10_000, waitMs: 30_000 });
+      expect(await eventually(async () => (await queueLength(name)) === 1, 5_000)).toBe(true);
+      await admin.sendCommand(['CLIENT', 'KILL', 'TYPE', 'pubsub']);
+      await first.release();
+      const started = performance.now();
+      const handle = await waiting;
+      expect(performance.now() - started).toBeLessThan(3_000);
+      expect(handle.fencingToken).toBeGreaterThan(first.fencingToken);
+    });
+  }
 });
