@@ -3,6 +3,10 @@ import { setMaxListeners } from 'node:events';
 import { hostname } from 'node:os';
 import { boundedCall, CallDeadlines } from './bounded-call.js';
 import { type Clock, systemClock } from './clock.js';
+import { Election, type ElectionOptions } from './election/election.js';
+import type { ElectionHost } from './election/election-host.js';
+import { LeaderFeed } from './election/leader-feed.js';
+import { resolveElectionOptions } from './election/options.js';
 import {
   AcquireTimeoutError,
   type AcquireTimeoutReason,
@@ -12,6 +16,7 @@ import {
   LockReleasedError,
   type LostReason,
   TransportError,
+  UnsupportedError,
 } from './errors.js';
 import { LockEvents } from './events.js';
 import { Handle, type HandleHost, type LockHandle } from './handle.js';
@@ -72,6 +77,9 @@ export class LockClient {
   readonly #hold = new PendingCallHold();
   #closed: Promise<void> | undefined;
   readonly #unwatchLeases: (() => void) | undefined;
+  /** One leader feed per observed election name, shared by the observers in this client. */
+  readonly #feeds = new Map<string, LeaderFeed>();
+  readonly #electionHost: ElectionHost;
 
   constructor(service: LockService, options?: LockClientOptions) {
     if (!isLockService(service)) {
@@ -98,6 +106,24 @@ export class LockClient {
       lose: (handle, reason, error) => this.#lose(handle, reason, error),
     });
     this.#unwatchLeases = service.watchLeases?.((tokens) => this.#leasesLost(tokens));
+    this.#electionHost = {
+      clock: this.#clock,
+      ownerId: this.ownerId,
+      service,
+      closing: this.#closing.signal,
+      acquire: (name, options) => this.acquire(name, options),
+      call: (fn, what) =>
+        this.#track(
+          boundedCall(() => fn(), {
+            deadlines: this.#deadlines,
+            clock: this.#clock,
+            timeoutMs: this.#options.operationTimeoutMs,
+            signal: this.#closing.signal,
+            what,
+          }),
+        ),
+      assertOpen: () => this.#assertOpen(),
+    };
     this.#host = {
       clock: this.#clock,
       renewNow: (handle) => this.#hold.hold(this.#renewNow(handle)),
@@ -106,6 +132,24 @@ export class LockClient {
       disposeFailed: (handle, error) => this.#callbackError(handle.name, 'release on dispose', error),
       pokeScheduler: () => this.#scheduler.poke(),
     };
+  }
+
+  /**
+   * A leader election on this client's service: `campaign()` to lead (the leadership's `epoch` is a fencing token
+   * for the election's name), `leader()` and `observe()` to follow, `runWhileLeader()` for a standby loop. The
+   * election holds the lock named `name` while it leads. Throws `UnsupportedError` on a service that cannot store
+   * and report the leader's value (`inspect` and `updateMetadata`), `InvalidArgumentError` for bad input.
+   */
+  election(name: string, options: ElectionOptions): Election {
+    this.#assertOpen();
+    const electionName = validateName(name);
+    const opts = resolveElectionOptions(options);
+    if (typeof this.#service.inspect !== 'function' || typeof this.#service.updateMetadata !== 'function') {
+      throw new UnsupportedError(
+        'elections need a service that stores a value with each grant (LockService.inspect and updateMetadata)',
+      );
+    }
+    return new Election(electionName, opts, this.#electionHost, () => this.#feedOf(electionName, opts.ttlMs));
   }
 
   /** Number of handles this client currently holds. */
@@ -124,6 +168,9 @@ export class LockClient {
     this.#assertOpen();
     const lockName = validateName(name);
     const opts = resolveAcquireOptions(options);
+    if (opts.metadata !== undefined && typeof this.#service.inspect !== 'function') {
+      throw new UnsupportedError('options.metadata needs a service that can return it (LockService.inspect)');
+    }
     return this.#track(this.#acquire(lockName, opts));
   }
 
@@ -248,6 +295,19 @@ export class LockClient {
     this.#deadlines.stop(closed);
   }
 
+  #feedOf(name: string, ttlMs: number): LeaderFeed {
+    let feed = this.#feeds.get(name);
+    if (!feed) {
+      // Half a lease: a leader that died without resigning is seen gone within that much of its expiry.
+      const created = new LeaderFeed(name, this.#electionHost, Math.max(5, Math.floor(ttlMs / 2)), () => {
+        if (this.#feeds.get(name) === created) this.#feeds.delete(name);
+      });
+      feed = created;
+      this.#feeds.set(name, feed);
+    }
+    return feed;
+  }
+
   #assertOpen(): void {
     if (this.#closing.signal.aborted) throw new ClientClosedError();
   }
@@ -306,6 +366,7 @@ export class LockClient {
                 ownerId: this.ownerId,
                 ttlMs: opts.ttlMs,
                 waitMs: remaining,
+                ...(opts.metadata === undefined ? {} : { metadata: opts.metadata }),
                 // Made on first read: a service that answers at once never pays for an AbortController.
                 get signal() {
                   return abandoned();

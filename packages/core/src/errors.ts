@@ -11,7 +11,8 @@ export type DLockErrorCode =
   | 'LOCK_LOST'
   | 'LOCK_RELEASED'
   | 'TRANSPORT'
-  | 'CLIENT_CLOSED';
+  | 'CLIENT_CLOSED'
+  | 'UNSUPPORTED';
 
 export abstract class DLockError extends Error {
   abstract readonly code: DLockErrorCode;
@@ -128,4 +129,9 @@ export class ClientClosedError extends DLockError {
   constructor(options?: { cause?: unknown }) {
     super('the lock client is closed', options);
   }
+}
+
+/** The service behind the client cannot do what was asked (an election on a service without `inspect`). */
+export class UnsupportedError extends DLockError {
+  readonly code = 'UNSUPPORTED';
 }

@@ -2,6 +2,15 @@ export { CallDeadlines } from './bounded-call.js';
 export { LockClient } from './client.js';
 export { type Clock, type SleepOptions, systemClock } from './clock.js';
 export {
+  type CampaignOptions,
+  Election,
+  type ElectionOptions,
+  type ObserveOptions,
+  type RunWhileLeaderOptions,
+} from './election/election.js';
+export type { Leader } from './election/leader-feed.js';
+export { Leadership, type LeadershipState } from './election/leadership.js';
+export {
   AcquireTimeoutError,
   type AcquireTimeoutReason,
   ClientClosedError,
@@ -13,6 +22,7 @@ export {
   LockReleasedError,
   type LostReason,
   TransportError,
+  UnsupportedError,
 } from './errors.js';
 export type { LockEventListener, LockEventMap, LockEvents, LockEventType } from './events.js';
 export type { HandleState, LockHandle } from './handle.js';
@@ -26,13 +36,15 @@ export {
   type RetryOptions,
   validateName,
 } from './options.js';
-export type {
-  AcquireRequest,
-  AcquireResult,
-  Grant,
-  Lease,
-  LockService,
-  RenewRequest,
-  RenewResult,
+export {
+  type AcquireRequest,
+  type AcquireResult,
+  type Grant,
+  type Lease,
+  type LockInfo,
+  type LockService,
+  MAX_METADATA_BYTES,
+  type RenewRequest,
+  type RenewResult,
 } from './service.js';
 export { driftMs, fullJitterBackoff, renewIntervalMs, validUntil } from './timing.js';

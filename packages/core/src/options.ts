@@ -2,6 +2,7 @@ import type { Clock } from './clock.js';
 import { InvalidArgumentError, type LostReason } from './errors.js';
 import type { LockHandle } from './handle.js';
 import { rejectUnknownKeys } from './option-keys.js';
+import { MAX_METADATA_BYTES } from './service.js';
 
 /** Node timers overflow past this many milliseconds and fire at once. */
 export const MAX_TIMER_MS = 2 ** 31 - 1;
@@ -49,6 +50,11 @@ export interface AcquireOptions {
    * instead of releasing it — the "at most once per period" pattern (see the README).
    */
   readonly renew?: boolean;
+  /**
+   * A small string stored with the grant (at most 1,024 UTF-8 bytes), e.g. `host:pid:job`, for whoever inspects the
+   * lock. Only on services that can return it (`inspect`); elsewhere the call is refused with `UnsupportedError`.
+   */
+  readonly metadata?: string;
 }
 
 export interface ResolvedClientOptions {
@@ -68,6 +74,7 @@ export interface ResolvedAcquireOptions {
   readonly signal: AbortSignal | undefined;
   readonly onLost: ((handle: LockHandle, reason: LostReason) => void) | undefined;
   readonly renew: boolean;
+  readonly metadata: string | undefined;
 }
 
 const CLIENT_OPTION_KEYS = [
@@ -79,7 +86,15 @@ const CLIENT_OPTION_KEYS = [
   'operationTimeoutMs',
 ] as const;
 const RETRY_OPTION_KEYS = ['baseMs', 'capMs'] as const;
-const ACQUIRE_OPTION_KEYS = ['ttlMs', 'waitMs', 'reentrant', 'signal', 'onLost', 'renew'] as const;
+const ACQUIRE_OPTION_KEYS = [
+  'ttlMs',
+  'waitMs',
+  'reentrant',
+  'signal',
+  'onLost',
+  'renew',
+  'metadata',
+] as const;
 
 const utf8 = new TextEncoder();
 
@@ -194,6 +209,8 @@ export function resolveAcquireOptions(options: unknown): ResolvedAcquireOptions 
   check(reentrant === undefined || typeof reentrant === 'boolean', 'options.reentrant', 'must be a boolean');
   const renew = options['renew'];
   check(renew === undefined || typeof renew === 'boolean', 'options.renew', 'must be a boolean');
+  const metadata =
+    options['metadata'] === undefined ? undefined : validateMetadata(options['metadata'], 'options.metadata');
   return {
     ttlMs: numberIn(options['ttlMs'], 'options.ttlMs', MIN_TTL_MS, MAX_TIMER_MS, true),
     waitMs: optional(options['waitMs'], 0, (v) => numberIn(v, 'options.waitMs', 0, MAX_TIMER_MS, false)),
@@ -201,7 +218,21 @@ export function resolveAcquireOptions(options: unknown): ResolvedAcquireOptions 
     signal,
     onLost: onLost as ResolvedAcquireOptions['onLost'],
     renew: renew ?? true,
+    metadata,
   };
+}
+
+/** Metadata stored with a grant, or an election's value: a well-formed string of at most 1,024 UTF-8 bytes. */
+export function validateMetadata(value: unknown, field: string): string {
+  check(typeof value === 'string', field, () => `must be a string, got ${describe(value)}`);
+  check(!/\p{Cs}/u.test(value), field, 'must be well-formed Unicode (no lone surrogates)');
+  const bytes = value.length * 3 <= MAX_METADATA_BYTES ? value.length : utf8.encode(value).length;
+  check(
+    bytes <= MAX_METADATA_BYTES,
+    field,
+    () => `must be at most ${MAX_METADATA_BYTES} UTF-8 bytes, got ${bytes}`,
+  );
+  return value;
 }
 
 export function validateCallback(value: unknown, field: string): () => void {

@@ -49,6 +49,29 @@ export interface AcquireRequest {
   readonly waitMs: number;
   /** Aborts when the caller gives up (abort, close or core's own bound). A queued waiter must then leave the queue. */
   readonly signal: AbortSignal;
+  /**
+   * A small string stored with the grant (at most {@link MAX_METADATA_BYTES} UTF-8 bytes, validated by core) and
+   * returned by `inspect`: what an election's leader proclaims, or who holds a lock (host:pid:job). Only services
+   * that implement `inspect` are given one.
+   */
+  readonly metadata?: string;
+}
+
+/** The largest metadata core passes to a service, in UTF-8 bytes. */
+export const MAX_METADATA_BYTES = 1_024;
+
+/** A lock as the service sees it right now. */
+export interface LockInfo {
+  /** Someone holds a lease on it that the service has not seen run out. */
+  readonly held: boolean;
+  /** The holder's fencing token (an election's epoch). */
+  readonly fencingToken?: bigint;
+  /** What the holder stored with its grant, or set since with `updateMetadata`. */
+  readonly metadata?: string;
+  /** How long the holder's lease has left by the service's clock, when it knows. */
+  readonly expiresInMs?: number;
+  /** How many callers queue for it, when the service queues. */
+  readonly waiters?: number;
 }
 
 export type AcquireResult =
@@ -99,4 +122,21 @@ export interface LockService {
    * Returns an unsubscribe function.
    */
   watchLeases?(onLost: (ownershipTokens: readonly string[]) => void): () => void;
+  /**
+   * Optional, needed for elections: the current holder of `name`, read from the service (not from any cache), with
+   * the metadata stored with its grant.
+   */
+  inspect?(name: string): Promise<LockInfo>;
+  /**
+   * Optional, needed for elections (`proclaim`): replaces the metadata of the grant `lease` if, and only if, it still
+   * holds the lock (compared on the server, like renew). Keeps the lease's fencing token and expiry.
+   */
+  updateMetadata?(lease: Lease, metadata: string): Promise<boolean>;
+  /**
+   * Optional: calls `onChange` when the holder of `name` or its metadata may have changed (a grant, a release, an
+   * expiry the service noticed, an `updateMetadata`), so observers need not poll. Best effort, like `watch`: core
+   * reads `inspect` after each call and also looks again on its own at least once per lease. A service whose
+   * subscription becomes active asynchronously should call `onChange` once when it does. Returns an unsubscribe.
+   */
+  watchChanges?(name: string, onChange: () => void): () => void;
 }

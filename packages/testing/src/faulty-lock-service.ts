@@ -3,6 +3,7 @@ import {
   type AcquireResult,
   type Clock,
   type Lease,
+  type LockInfo,
   type LockService,
   type RenewRequest,
   type RenewResult,
@@ -16,7 +17,7 @@ export type PartitionMode =
   /** Calls never answer (packets dropped, sockets open) until `heal()`; the caller's own timeout must fire. */
   | 'hang';
 
-export type ServiceMethod = 'acquire' | 'renew' | 'release' | 'watch';
+export type ServiceMethod = 'acquire' | 'renew' | 'release' | 'watch' | 'inspect' | 'updateMetadata';
 
 /** Counts of calls that reached the wrapper, and of those forwarded to the real service. */
 export interface CallCounts {
@@ -38,9 +39,12 @@ export class FaultyLockService implements LockService {
   #failNext = 0;
   readonly #hung = new Set<(error: Error) => void>();
   readonly #counts: CallCounts = {
-    attempted: { acquire: 0, renew: 0, release: 0, watch: 0 },
-    forwarded: { acquire: 0, renew: 0, release: 0, watch: 0 },
+    attempted: { acquire: 0, renew: 0, release: 0, watch: 0, inspect: 0, updateMetadata: 0 },
+    forwarded: { acquire: 0, renew: 0, release: 0, watch: 0, inspect: 0, updateMetadata: 0 },
   };
+  readonly inspect?: (name: string) => Promise<LockInfo>;
+  readonly updateMetadata?: (lease: Lease, metadata: string) => Promise<boolean>;
+  readonly watchChanges?: (name: string, onChange: () => void) => () => void;
   readonly renewMany?: (requests: readonly RenewRequest[]) => Promise<readonly RenewResult[]>;
   readonly watchLeases?: (onLost: (ownershipTokens: readonly string[]) => void) => () => void;
 
@@ -54,6 +58,20 @@ export class FaultyLockService implements LockService {
     // Loss notices come from the adapter's own bookkeeping (a session timer), not over the wire: pass them through.
     const innerWatchLeases = inner.watchLeases?.bind(inner);
     if (innerWatchLeases) this.watchLeases = innerWatchLeases;
+    // The election methods, when the inner service has them, cross the same faults as every other call.
+    const innerInspect = inner.inspect?.bind(inner);
+    if (innerInspect) this.inspect = (name) => this.#call('inspect', () => innerInspect(name));
+    const innerUpdate = inner.updateMetadata?.bind(inner);
+    if (innerUpdate) {
+      this.updateMetadata = (lease, metadata) => this.#call('updateMetadata', () => innerUpdate(lease, metadata));
+    }
+    const innerChanges = inner.watchChanges?.bind(inner);
+    if (innerChanges) {
+      this.watchChanges = (name, onChange) =>
+        innerChanges(name, () => {
+          if (!this.#partition) onChange();
+        });
+    }
   }
 
   /** Cuts the service off: every call fails (`'fail'`) or hangs (`'hang'`) until {@link heal}. */

@@ -4,6 +4,7 @@ import type {
   AcquireRequest,
   AcquireResult,
   Lease,
+  LockInfo,
   LockService,
   RenewRequest,
   RenewResult,
@@ -13,6 +14,7 @@ interface Entry {
   readonly ownershipToken: string;
   readonly fencingToken: bigint;
   expiresAt: number;
+  metadata: string | undefined;
 }
 
 export interface MemoryLockServiceOptions {
@@ -32,6 +34,7 @@ export class MemoryLockService implements LockService {
   readonly #clock: Clock;
   readonly #locks = new Map<string, Entry>();
   readonly #watchers = new Map<string, Set<() => void>>();
+  readonly #changeWatchers = new Map<string, Set<() => void>>();
   #lastToken = 0n;
   /** Ownership tokens are this random prefix plus the fencing token: unique, unguessable, and cheap to make. */
   readonly #tokenPrefix = randomBytes(16).toString('base64url');
@@ -48,8 +51,10 @@ export class MemoryLockService implements LockService {
       ownershipToken: `${this.#tokenPrefix}.${this.#lastToken}`,
       fencingToken: this.#lastToken,
       expiresAt: this.#clock.monotonic() + request.ttlMs,
+      metadata: request.metadata,
     };
     this.#locks.set(request.name, entry);
+    this.#changed(request.name);
     return {
       acquired: true,
       grant: { ownershipToken: entry.ownershipToken, fencingToken: entry.fencingToken, ttlMs: request.ttlMs },
@@ -73,18 +78,30 @@ export class MemoryLockService implements LockService {
   }
 
   watch(name: string, onReleased: () => void): () => void {
-    let set = this.#watchers.get(name);
-    if (!set) {
-      set = new Set();
-      this.#watchers.set(name, set);
-    }
-    const listener = (): void => onReleased();
-    set.add(listener);
-    return () => {
-      const watchers = this.#watchers.get(name);
-      watchers?.delete(listener);
-      if (watchers?.size === 0) this.#watchers.delete(name);
+    return subscribe(this.#watchers, name, onReleased);
+  }
+
+  async inspect(name: string): Promise<LockInfo> {
+    const current = this.#live(name);
+    if (!current) return { held: false };
+    return {
+      held: true,
+      fencingToken: current.fencingToken,
+      expiresInMs: current.expiresAt - this.#clock.monotonic(),
+      ...(current.metadata === undefined ? {} : { metadata: current.metadata }),
     };
+  }
+
+  async updateMetadata(lease: Lease, metadata: string): Promise<boolean> {
+    const current = this.#live(lease.name);
+    if (current?.ownershipToken !== lease.ownershipToken) return false;
+    current.metadata = metadata;
+    this.#changed(lease.name);
+    return true;
+  }
+
+  watchChanges(name: string, onChange: () => void): () => void {
+    return subscribe(this.#changeWatchers, name, onChange);
   }
 
   /** The fencing token of the current live holder of `name`, if any. For tests and diagnostics. */
@@ -110,9 +127,31 @@ export class MemoryLockService implements LockService {
   }
 
   #notify(name: string): void {
+    this.#changed(name);
     const watchers = this.#watchers.get(name);
     if (!watchers) return;
     // Deliver after the current operation completes, as a remote service would.
     for (const watcher of [...watchers]) queueMicrotask(watcher);
   }
+
+  #changed(name: string): void {
+    const watchers = this.#changeWatchers.get(name);
+    if (!watchers) return;
+    for (const watcher of [...watchers]) queueMicrotask(watcher);
+  }
+}
+
+function subscribe(map: Map<string, Set<() => void>>, name: string, callback: () => void): () => void {
+  let set = map.get(name);
+  if (!set) {
+    set = new Set();
+    map.set(name, set);
+  }
+  const listener = (): void => callback();
+  set.add(listener);
+  return () => {
+    const listeners = map.get(name);
+    listeners?.delete(listener);
+    if (listeners?.size === 0) map.delete(name);
+  };
 }

@@ -1,0 +1,293 @@
+import {
+  AcquireTimeoutError,
+  ClientClosedError,
+  InvalidArgumentError,
+  type Leader,
+  LockClient,
+  LockLostError,
+  LockReleasedError,
+  type LockService,
+  MemoryLockService,
+  UnsupportedError,
+} from '@dlock/core';
+import { FakeClock } from '@dlock/testing';
+import { describe, expect, it } from 'vitest';
+import { harness, outcome } from './harness.js';
+
+const TTL = 1_000;
+
+/** Collects what an observer yields until `stop` aborts. */
+function collect(iterable: AsyncIterable<Leader | null>): {
+  seen: (Leader | null)[];
+  done: Promise<unknown>;
+} {
+  const seen: (Leader | null)[] = [];
+  const done = (async () => {
+    for await (const leader of iterable) seen.push(leader);
+  })().catch((error: unknown) => error);
+  return { seen, done };
+}
+
+describe('election on the memory service', () => {
+  it('one leader at a time; the epoch rises only when leadership changes hands; leader() reads the service', async () => {
+    const { client, makeClient, clock } = harness();
+    const other = makeClient();
+    const a = client.election('sched', { ttlMs: TTL });
+    const b = other.election('sched', { ttlMs: TTL });
+    expect(await a.leader()).toBeNull();
+    const first = await a.campaign({ value: 'host-a:1' });
+    expect(first.state).toBe('leading');
+    expect(first.isLeader()).toBe(true);
+    expect(await b.leader()).toEqual({ value: 'host-a:1', epoch: first.epoch });
+    await expect(b.campaign({ value: 'host-b:1' })).rejects.toBeInstanceOf(AcquireTimeoutError);
+    // Renewals and proclaim keep the epoch.
+    await clock.advance(3 * TTL);
+    await first.proclaim('host-a:2');
+    expect(first.value).toBe('host-a:2');
+    expect(await b.leader()).toEqual({ value: 'host-a:2', epoch: first.epoch });
+    const waiting = outcome(b.campaign({ value: 'host-b:1', waitMs: 5 * TTL }));
+    await clock.advance(1); // refused once, now waiting for the release notice
+    await first.resign();
+    expect(first.state).toBe('resigned');
+    expect(first.signal.reason).toBeInstanceOf(LockReleasedError);
+    await clock.advance(10);
+    expect(waiting.done).toBe(true);
+    const second = waiting.value;
+    expect(second?.epoch).toBeGreaterThan(first.epoch);
+    expect(await a.leader()).toEqual({ value: 'host-b:1', epoch: second?.epoch });
+    await expect(first.proclaim('again')).rejects.toBeInstanceOf(LockReleasedError);
+  });
+
+  it('a leader that stops renewing is lost; its proclaim says so and the next candidate has a higher epoch', async () => {
+    const { client, makeClient, clock, faulty } = harness();
+    const lostReasons: string[] = [];
+    const leading = await client
+      .election('e', { ttlMs: TTL })
+      .campaign({ onLost: (_l, reason) => lostReasons.push(reason) });
+    faulty.partition('fail');
+    await clock.advance(2 * TTL);
+    expect(leading.state).toBe('lost');
+    expect(leading.isLeader()).toBe(false);
+    expect(lostReasons).toHaveLength(1);
+    faulty.heal();
+    const next = await makeClient().election('e', { ttlMs: TTL }).campaign();
+    expect(next.epoch).toBeGreaterThan(leading.epoch);
+    await expect(leading.proclaim('late')).rejects.toBeInstanceOf(LockLostError);
+    await expect(leading.resign()).rejects.toBeInstanceOf(LockLostError);
+  });
+
+  it('proclaim on a grant the service no longer has makes the leadership lost', async () => {
+    // The service's clock runs apart from the client's: the lease ends there while the client still believes.
+    const serviceClock = new FakeClock();
+    const clientClock = new FakeClock();
+    const memory = new MemoryLockService({ clock: serviceClock });
+    const client = new LockClient(memory, { clock: clientClock });
+    const lost: string[] = [];
+    const leading = await client
+      .election('p', { ttlMs: TTL })
+      .campaign({ value: 'mine', onLost: (_l, reason) => lost.push(reason) });
+    serviceClock.jump(2 * TTL);
+    const successor = await new LockClient(memory, { clock: serviceClock })
+      .election('p', { ttlMs: TTL })
+      .campaign();
+    expect(leading.state).toBe('leading'); // the client has not looked yet
+    await expect(leading.proclaim('still me')).rejects.toBeInstanceOf(LockLostError);
+    expect(leading.state).toBe('lost');
+    expect(lost).toEqual(['rejected']);
+    expect(await client.election('p', { ttlMs: TTL }).leader()).toEqual({
+      value: successor.value,
+      epoch: successor.epoch,
+    });
+    expect(successor.epoch).toBeGreaterThan(leading.epoch);
+    await client.close();
+  });
+
+  it('observe yields the current leader first, then every change in order, shared by observers', async () => {
+    const { client, makeClient, clock } = harness();
+    const watcher = makeClient();
+    const election = watcher.election('obs', { ttlMs: TTL });
+    const stop = new AbortController();
+    const one = collect(election.observe({ signal: stop.signal }));
+    const two = collect(election.observe({ signal: stop.signal }));
+    await clock.advance(1);
+    expect(one.seen).toEqual([null]);
+    const candidate = client.election('obs', { ttlMs: TTL });
+    const first = await candidate.campaign({ value: 'a' });
+    await clock.advance(1);
+    await first.proclaim('a2');
+    await clock.advance(1);
+    await first.resign();
+    await clock.advance(1);
+    const second = await makeClient().election('obs', { ttlMs: TTL }).campaign({ value: 'b' });
+    await clock.advance(1);
+    const expected = [
+      null,
+      { value: 'a', epoch: first.epoch },
+      { value: 'a2', epoch: first.epoch },
+      null,
+      { value: 'b', epoch: second.epoch },
+    ];
+    expect(one.seen).toEqual(expected);
+    expect(two.seen).toEqual(expected);
+    stop.abort();
+    await clock.advance(1);
+    expect(await one.done).toBeUndefined();
+    expect(await two.done).toBeUndefined();
+  });
+
+  it('observe sees a leader that died without resigning disappear within half a lease of its expiry', async () => {
+    const { makeClient, clock, memory } = harness();
+    const stop = new AbortController();
+    const seen = collect(makeClient().election('dead', { ttlMs: TTL }).observe({ signal: stop.signal }));
+    // The leader's process is gone: a grant straight on the service, never renewed, never released.
+    const grant = await memory.acquire({
+      name: 'dead',
+      ownerId: 'gone',
+      ttlMs: TTL,
+      waitMs: 0,
+      signal: new AbortController().signal,
+      metadata: 'ghost',
+    });
+    if (!grant.acquired) throw new Error('not granted');
+    await clock.advance(1);
+    expect(seen.seen).toEqual([null, { value: 'ghost', epoch: grant.grant.fencingToken }]);
+    await clock.advance(TTL + TTL / 2);
+    expect(seen.seen.at(-1)).toBeNull();
+    stop.abort();
+    await clock.advance(1);
+    expect(await seen.done).toBeUndefined();
+  });
+
+  it('observe ends with ClientClosedError when its client closes', async () => {
+    const { client, clock } = harness();
+    const seen = collect(client.election('c', { ttlMs: TTL }).observe());
+    await clock.advance(1);
+    await client.close();
+    await clock.advance(1);
+    expect(await seen.done).toBeInstanceOf(ClientClosedError);
+  });
+
+  it('candidates waiting without a budget take over in turn; runWhileLeader resigns after fn and stands again after a loss', async () => {
+    const { client, makeClient, clock, faulty } = harness();
+    const order: string[] = [];
+    const election = client.election('run', { ttlMs: TTL });
+    const first = await election.runWhileLeader(
+      async (leadership) => {
+        order.push(`run ${leadership.value}`);
+        return 42;
+      },
+      { value: 'a' },
+    );
+    expect(first).toBe(42);
+    expect(await election.leader()).toBeNull();
+    // A loss while fn runs: fn is waited for, then the loop campaigns again.
+    let runs = 0;
+    const looping = outcome(
+      makeClient()
+        .election('run', { ttlMs: TTL })
+        .runWhileLeader(
+          async (leadership) => {
+            runs += 1;
+            if (runs === 1) {
+              faulty.partition('fail');
+              await clock.sleep(2 * TTL);
+              faulty.heal();
+              expect(leadership.state).toBe('lost');
+              return 'first';
+            }
+            return 'second';
+          },
+          { value: 'b' },
+        ),
+    );
+    await clock.advance(10 * TTL);
+    expect(looping.done).toBe(true);
+    expect(looping.value).toBe('second');
+    expect(runs).toBe(2);
+  });
+
+  it('runWhileLeader: an abort resigns and rejects with the reason; a waiting campaign(Infinity) ends by its signal', async () => {
+    const { client, makeClient, clock } = harness();
+    const stop = new AbortController();
+    const running = outcome(
+      client
+        .election('abort', { ttlMs: TTL })
+        .runWhileLeader(() => new Promise(() => {}), { signal: stop.signal }),
+    );
+    await clock.advance(10);
+    expect(await client.election('abort', { ttlMs: TTL }).leader()).not.toBeNull();
+    const standby = new AbortController();
+    const waiting = outcome(
+      makeClient()
+        .election('abort', { ttlMs: TTL })
+        .campaign({ waitMs: Number.POSITIVE_INFINITY, signal: standby.signal }),
+    );
+    await clock.advance(1); // the standby was refused once and waits
+    const reason = new Error('shutting down');
+    stop.abort(reason);
+    await clock.advance(10);
+    expect(running.error).toBe(reason);
+    // The standby took over once the first resigned.
+    expect(waiting.done).toBe(true);
+    expect(waiting.value?.state).toBe('leading');
+    await waiting.value?.resign();
+    const third = new AbortController();
+    const blocked = outcome(
+      makeClient()
+        .election('abort', { ttlMs: TTL })
+        .campaign({ waitMs: Number.POSITIVE_INFINITY, signal: third.signal }),
+    );
+    const holder = await makeClient()
+      .election('abort', { ttlMs: TTL })
+      .campaign()
+      .catch(() => null);
+    void holder;
+    third.abort(new Error('no longer needed'));
+    await clock.advance(10);
+    expect(blocked.done).toBe(true);
+  });
+
+  it('refuses bad input before any I/O, and services that cannot store a value', async () => {
+    const { client, faulty } = harness();
+    expect(() => client.election('', { ttlMs: TTL })).toThrow(InvalidArgumentError);
+    expect(() => client.election('x', { ttlMs: 1 })).toThrow(InvalidArgumentError);
+    expect(() => client.election('x', { ttlMs: TTL, tll: 5 } as never)).toThrow(/tll/);
+    const election = client.election('x', { ttlMs: TTL });
+    const before = { ...faulty.counts.attempted };
+    await expect(election.campaign({ waitMs: -1 })).rejects.toBeInstanceOf(InvalidArgumentError);
+    await expect(election.campaign({ waitMs: Number.NaN })).rejects.toBeInstanceOf(InvalidArgumentError);
+    await expect(election.campaign({ value: 'x'.repeat(1_025) })).rejects.toBeInstanceOf(
+      InvalidArgumentError,
+    );
+    await expect(election.campaign({ value: 42 as never })).rejects.toBeInstanceOf(InvalidArgumentError);
+    await expect(election.campaign({ vale: 'x' } as never)).rejects.toThrow(/value/);
+    await expect(election.runWhileLeader('nope' as never)).rejects.toBeInstanceOf(InvalidArgumentError);
+    expect(() => election.observe({ signal: 'x' as never })).toThrow(InvalidArgumentError);
+    await expect(client.acquire('m', { ttlMs: TTL, metadata: 7 as never })).rejects.toBeInstanceOf(
+      InvalidArgumentError,
+    );
+    expect(faulty.counts.attempted).toEqual(before);
+    const bare: LockService = {
+      acquire: (r) => faulty.acquire(r),
+      renew: (r) => faulty.renew(r),
+      release: (l) => faulty.release(l),
+      watch: (n, cb) => faulty.watch(n, cb),
+    };
+    const plain = new LockClient(bare);
+    expect(() => plain.election('x', { ttlMs: TTL })).toThrow(UnsupportedError);
+    await expect(plain.acquire('x', { ttlMs: TTL, metadata: 'host:1' })).rejects.toBeInstanceOf(
+      UnsupportedError,
+    );
+    await plain.close();
+  });
+
+  it('await using resigns at scope exit', async () => {
+    const { client } = harness();
+    const election = client.election('scope', { ttlMs: TTL });
+    {
+      await using leadership = await election.campaign({ value: 'v' });
+      expect(await election.leader()).toEqual({ value: 'v', epoch: leadership.epoch });
+    }
+    expect(await election.leader()).toBeNull();
+  });
+});
