@@ -63,7 +63,8 @@ export class FaultyLockService implements LockService {
     if (innerInspect) this.inspect = (name) => this.#call('inspect', () => innerInspect(name));
     const innerUpdate = inner.updateMetadata?.bind(inner);
     if (innerUpdate) {
-      this.updateMetadata = (lease, metadata) => this.#call('updateMetadata', () => innerUpdate(lease, metadata));
+      this.updateMetadata = (lease, metadata) =>
+        this.#call('updateMetadata', () => innerUpdate(lease, metadata));
     }
     const innerChanges = inner.watchChanges?.bind(inner);
     if (innerChanges) {

@@ -1,3 +1,4 @@
+export { type ElectionContractOptions, electionContract } from './election-contract.js';
 export {
   type ContractFault,
   type ContractSubject,
