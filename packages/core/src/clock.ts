@@ -24,6 +24,9 @@ export interface Clock {
   random(): number;
 }
 
+/** The longest delay `setTimeout` honours (2^31 − 1 ms); a longer one fires after 1 ms. */
+const LONGEST_TIMER_MS = 2_147_483_647;
+
 /** The process's clocks: `Date.now()`, `performance.now()`, `setTimeout`, `Math.random()`. */
 export const systemClock: Clock = Object.freeze({
   now: () => Date.now(),
@@ -35,20 +38,29 @@ export const systemClock: Clock = Object.freeze({
         reject(signal.reason);
         return;
       }
+      // Whole milliseconds: Node keeps one timer list per distinct duration, so fractional durations (as computed
+      // deadlines are) would each cost a new list. Longer than a timer can run (a deadline of "wait forever" plus
+      // a bound), Node would fire after 1 ms: sleep in steps instead.
+      let left = Math.max(0, Math.ceil(ms));
+      let timer: ReturnType<typeof setTimeout>;
       const onAbort = (): void => {
         clearTimeout(timer);
         reject(signal?.reason);
       };
-      const timer = setTimeout(
-        () => {
+      const step = (): void => {
+        const now = Math.min(left, LONGEST_TIMER_MS);
+        left -= now;
+        timer = setTimeout(() => {
+          if (left > 0) {
+            step();
+            return;
+          }
           signal?.removeEventListener('abort', onAbort);
           resolve();
-        },
-        // Whole milliseconds: Node keeps one timer list per distinct duration, so fractional durations (as
-        // computed deadlines are) would each cost a new list.
-        Math.max(0, Math.ceil(ms)),
-      );
-      if (options?.unref) timer.unref();
+        }, now);
+        if (options?.unref) timer.unref();
+      };
+      step();
       signal?.addEventListener('abort', onAbort, { once: true });
     });
   },
