@@ -55,15 +55,21 @@ export interface ZooKeeperClientLike {
     watcher: ZooKeeperWatcher,
     callback: ZooKeeperCallback<ZooKeeperStatLike | null>,
   ): void;
+  /** `watcher` undefined reads without leaving a watch (node-zookeeper-client's own getData takes that). */
   getData(
     path: string,
-    watcher: ZooKeeperWatcher,
+    watcher: ZooKeeperWatcher | undefined,
     callback: (
       error: Error | null | undefined,
       data: Buffer | undefined,
       stat: ZooKeeperStatLike | undefined,
     ) => void,
   ): void;
+  /**
+   * Needed only by `updateMetadata` (an election's `proclaim`), so a client without it is still accepted; that call
+   * then rejects with an `UnsupportedError`.
+   */
+  setData?(path: string, data: Buffer, version: number, callback: ZooKeeperCallback<unknown>): void;
   getChildren(path: string, callback: ZooKeeperCallback<string[]>): void;
   getChildren(path: string, watcher: ZooKeeperWatcher, callback: ZooKeeperCallback<string[]>): void;
   transaction(): ZooKeeperTransactionLike;

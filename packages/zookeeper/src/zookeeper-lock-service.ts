@@ -3,6 +3,7 @@ import type {
   AcquireResult,
   Clock,
   Lease,
+  LockInfo,
   LockService,
   RenewRequest,
   RenewResult,
@@ -12,8 +13,10 @@ import { ZooKeeperServiceClosedError } from './errors.js';
 import { ParentUse, Ticker } from './housekeeping.js';
 import { lockParentPath } from './keys.js';
 import { Leftovers } from './leftovers.js';
+import { readLockInfo } from './lock-info.js';
 import { resolveOptions, type ZooKeeperLockServiceOptions } from './options.js';
 import { ParentSweep } from './parent-sweep.js';
+import { ZooKeeperChangeWatch } from './zookeeper-change-watch.js';
 import { ZooKeeperProtocol } from './zookeeper-protocol.js';
 import { ZooKeeperReleaseWatch } from './zookeeper-release-watch.js';
 import { Sessions } from './zookeeper-sessions.js';
@@ -62,6 +65,7 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
   readonly #protocol: ZooKeeperProtocol;
   readonly #leaseListeners = new Set<(ownershipTokens: readonly string[]) => void>();
   readonly #watches: ZooKeeperReleaseWatch;
+  readonly #changes: ZooKeeperChangeWatch;
   readonly #parents: ParentUse;
   readonly #sweep: ParentSweep;
   readonly #leftovers: Leftovers;
@@ -102,6 +106,11 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
       liveSession: () => this.#sessions.live(),
       closing: this.#closing.signal,
     });
+    this.#changes = new ZooKeeperChangeWatch({
+      clock: this.#clock,
+      liveSession: () => this.#sessions.live(),
+      closing: this.#closing.signal,
+    });
     this.#sessions = new Sessions({
       clock: this.#clock,
       deadlines: this.#deadlines,
@@ -114,7 +123,12 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
       heartbeatPath: o.root,
       opened: () => {
         this.#watches.rearm();
+        this.#changes.rearm();
         this.#sweep.start();
+      },
+      reconnected: (session) => {
+        void this.#protocol.verify(session);
+        this.#changes.rearm();
       },
       ended: (session) => this.#protocol.sessionEnded(session),
       callerConnected: (sessionId) => this.#leftovers.connected(sessionId),
@@ -176,6 +190,39 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
   watch(name: string, onReleased: () => void): () => void {
     if (this.#closed) return noop;
     return this.#watches.add(lockParentPath(this.#root, name), onReleased);
+  }
+
+  /**
+   * The lock's holder as the server sees it now: the first node of its queue (held while it exists: it goes with its
+   * session), its czxid as the fencing token, the metadata stored with the grant, and the nodes behind it as
+   * waiters. No `expiresInMs`: a session's remaining time is not visible to clients.
+   */
+  async inspect(name: string): Promise<LockInfo> {
+    this.#assertOpen();
+    this.#endIfSilent();
+    const session = this.#sessions.current ?? (await this.#sessions.live());
+    return readLockInfo(session, lockParentPath(this.#root, name));
+  }
+
+  /**
+   * Replaces the metadata in the grant's node (`setData` on it), keeping its czxid (the fencing token) and its
+   * session (the lease). False when the grant no longer holds; rejects with a `TransportError` when the outcome is
+   * unknown.
+   */
+  async updateMetadata(lease: Lease, metadata: string): Promise<boolean> {
+    this.#assertOpen();
+    this.#endIfSilent();
+    return this.#protocol.updateMetadata(lease, metadata);
+  }
+
+  /**
+   * Calls `onChange` when the lock's holder or its metadata may have changed, and once when the subscription is in
+   * place. One child watch on the lock's parent and one data watch on the queue's head per lock name for the whole
+   * service, however many subscribe. Best effort, like `watch`.
+   */
+  watchChanges(name: string, onChange: () => void): () => void {
+    if (this.#closed) return noop;
+    return this.#changes.add(lockParentPath(this.#root, name), onChange);
   }
 
   watchLeases(onLost: (ownershipTokens: readonly string[]) => void): () => void {
@@ -256,6 +303,7 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
     this.#closing.abort(new ZooKeeperServiceClosedError());
     this.#protocol.stopWaiting();
     this.#watches.close();
+    this.#changes.close();
     // Pending acquires stop waiting and settle, leaving their queues (every call they make is bounded).
     await Promise.allSettled([...this.#acquires]);
     const session = this.#sessions.current;

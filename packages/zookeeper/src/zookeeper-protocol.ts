@@ -20,6 +20,7 @@ import { ZK_ERROR, zkErrorCode } from './errors.js';
 import type { ParentUse } from './housekeeping.js';
 import { attemptPrefix, isNodeOfAttempt, lockParentPath, queueOrder } from './keys.js';
 import type { Leftovers } from './leftovers.js';
+import { encodeNodeData } from './node-data.js';
 import {
   czxidOf,
   isConnectionLoss,
@@ -253,18 +254,9 @@ export class ZooKeeperProtocol implements QueueDriver<Claim, Wait> {
     });
     const batches: Promise<void>[] = [];
     for (const [session, items] of bySession) {
-      let chunk: { index: number; record: LeaseRecord }[] = [];
-      let bytes = 0;
-      for (const item of items) {
-        chunk.push(item);
-        bytes += item.record.path.length;
-        if (chunk.length >= CHECK_CHUNK_OPS || bytes >= CHECK_CHUNK_BYTES) {
-          batches.push(this.#renewChunk(session, chunk, results));
-          chunk = [];
-          bytes = 0;
-        }
+      for (const chunk of chunksOf(items, (item) => item.record)) {
+        batches.push(this.#renewChunk(session, chunk, results));
       }
-      if (chunk.length > 0) batches.push(this.#renewChunk(session, chunk, results));
     }
     await Promise.all(batches);
     return results;
@@ -289,6 +281,60 @@ export class ZooKeeperProtocol implements QueueDriver<Claim, Wait> {
       if (record.session.ended) return false;
       throw error;
     }
+  }
+
+  /**
+   * Rewrites the metadata in the grant's node. True only if the server did so: the node is where the grant put it,
+   * in the session that made it. No other session can have a node at that path (its name holds an attempt id only
+   * this process used), and a holder's node stays first while it exists (later nodes sort after it), so the write
+   * succeeding is the owner check. False when the node is gone or its session ended; rejects when the outcome is
+   * unknown (the data may or may not have changed).
+   */
+  async updateMetadata(lease: Lease, metadata: string): Promise<boolean> {
+    const record = this.#lookup(lease);
+    if (!record) return false;
+    try {
+      await record.session.setData(record.path, encodeNodeData(lease.ownerId, metadata));
+    } catch (error) {
+      if (zkErrorCode(error) !== ZK_ERROR.NO_NODE) throw error;
+      this.#forget(record);
+      return false;
+    }
+    // A session that ended while the write was in flight may have lost the node before it arrived.
+    return !record.session.ended;
+  }
+
+  /**
+   * After a reconnect under the same session: checks every grant of it on the server at once, rather than at its
+   * next renewal, and reports those whose node is gone (deleted by someone while the client was away). A grant is
+   * never kept on the strength of the session id alone. Checks that fail to get an answer change nothing; renewals
+   * go on asking.
+   */
+  async verify(session: Session): Promise<void> {
+    const records = [...session.leases.values()];
+    if (records.length === 0 || session.ended) return;
+    const gone: string[] = [];
+    await Promise.all(
+      chunksOf(records, (record) => record).map(async (chunk) => {
+        const sentAt = this.#clock.monotonic();
+        let alive: readonly boolean[];
+        try {
+          alive = await this.#alive(session, chunk);
+        } catch {
+          return;
+        }
+        chunk.forEach((record, i) => {
+          if (this.#leases.get(record.token) !== record) return;
+          if (alive[i] === true) {
+            if (sentAt > record.confirmedAt) record.confirmedAt = sentAt;
+            return;
+          }
+          this.#forget(record);
+          gone.push(record.token);
+        });
+      }),
+    );
+    if (gone.length > 0) this.#deps.lost(gone);
   }
 
   /** Deletes grants nobody renewed for a whole session timeout, as a TTL service would let them expire. */
@@ -365,7 +411,7 @@ export class ZooKeeperProtocol implements QueueDriver<Claim, Wait> {
   async #create(claim: Claim, session: Session): Promise<string[]> {
     const { parent, attemptId } = claim;
     const prefix = attemptPrefix(parent, attemptId);
-    const data = this.#nodeData(claim.request.ownerId);
+    const data = this.#nodeData(claim.request);
     for (let round = 0; ; round++) {
       const created = session.create(prefix, data, CREATE_MODE.EPHEMERAL_SEQUENTIAL, (late) =>
         // Created after the deadline gave up on it: an orphan, unless deleted.
@@ -457,9 +503,15 @@ export class ZooKeeperProtocol implements QueueDriver<Claim, Wait> {
     }
   }
 
-  /** The node's data names its owner, for people looking at the tree. */
-  #nodeData(ownerId: string): Buffer {
-    if (this.#ownerData?.ownerId !== ownerId) this.#ownerData = { ownerId, data: Buffer.from(ownerId) };
+  /**
+   * The node's data names its owner, for people looking at the tree, and carries the grant's metadata: written by
+   * the create, it is there whichever way the node becomes the holder (see `node-data.ts`).
+   */
+  #nodeData({ ownerId, metadata }: AcquireRequest): Buffer {
+    if (metadata !== undefined) return encodeNodeData(ownerId, metadata);
+    if (this.#ownerData?.ownerId !== ownerId) {
+      this.#ownerData = { ownerId, data: encodeNodeData(ownerId, undefined) };
+    }
     return this.#ownerData.data;
   }
 
@@ -541,17 +593,22 @@ export class ZooKeeperProtocol implements QueueDriver<Claim, Wait> {
     results: RenewResult[],
   ): Promise<void> {
     const sentAt = this.#clock.monotonic();
-    const outcome = await session.checkAll(items.map((item) => item.record.path));
-    if (outcome.ok) {
-      for (const { index, record } of items) results[index] = this.#confirm(record, true, sentAt);
-      return;
-    }
-    // Some node is gone; a failed multi does not say reliably which others exist, so ask each.
-    const stats = await Promise.all(items.map((item) => session.exists(item.record.path)));
+    const alive = await this.#alive(
+      session,
+      items.map((item) => item.record),
+    );
     items.forEach(({ index, record }, i) => {
-      const stat = stats[i];
-      results[index] = this.#confirm(record, stat != null && ownerOf(stat) === session.id, sentAt);
+      results[index] = this.#confirm(record, alive[i] === true, sentAt);
     });
+  }
+
+  /** Whether each grant's node exists in its session: one `multi` of checks, or one `exists` each if some failed. */
+  async #alive(session: Session, records: readonly LeaseRecord[]): Promise<readonly boolean[]> {
+    const outcome = await session.checkAll(records.map((record) => record.path));
+    if (outcome.ok) return records.map(() => true);
+    // Some node is gone; a failed multi does not say reliably which others exist, so ask each.
+    const stats = await Promise.all(records.map((record) => session.exists(record.path)));
+    return stats.map((stat) => stat != null && ownerOf(stat) === session.id);
   }
 
   async #reap(record: LeaseRecord): Promise<void> {
@@ -564,6 +621,24 @@ export class ZooKeeperProtocol implements QueueDriver<Claim, Wait> {
       this.#removeLater(record.session, nodesAt(record.parent, record.token));
     }
   }
+}
+
+/** Splits grants into batches that keep a `multi` of checks well under ZooKeeper's packet limit. */
+function chunksOf<T>(items: readonly T[], recordOf: (item: T) => LeaseRecord): T[][] {
+  const chunks: T[][] = [];
+  let chunk: T[] = [];
+  let bytes = 0;
+  for (const item of items) {
+    chunk.push(item);
+    bytes += recordOf(item).path.length;
+    if (chunk.length >= CHECK_CHUNK_OPS || bytes >= CHECK_CHUNK_BYTES) {
+      chunks.push(chunk);
+      chunk = [];
+      bytes = 0;
+    }
+  }
+  if (chunk.length > 0) chunks.push(chunk);
+  return chunks;
 }
 
 /** The nodes to delete when one node's name is known and its attempt does not matter. */

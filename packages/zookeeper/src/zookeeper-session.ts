@@ -1,4 +1,4 @@
-import { type Clock, TransportError } from '@dlock/core';
+import { type Clock, TransportError, UnsupportedError } from '@dlock/core';
 import { boundedCall, type CallDeadlines } from '@dlock/core/adapter';
 import {
   replyZxid,
@@ -53,6 +53,14 @@ export type CheckOutcome =
 type Done<T> = (error: unknown, value: T) => void;
 /** What the client answered: a value, or its error and that error's ZooKeeper code. */
 type Answer<T> = { readonly value: T } | { readonly error: unknown; readonly code: number | undefined };
+
+/** A node as `getData` answers it. */
+export interface NodeRead {
+  readonly data: Buffer;
+  readonly stat: ZooKeeperStatLike;
+}
+
+const EMPTY = Buffer.alloc(0);
 
 export interface Created {
   readonly path: string;
@@ -267,14 +275,41 @@ export class Session {
 
   /** Reads a node and leaves a watch on it; resolves null if it does not exist (then no watch is left). */
   async watchNode(path: string, watcher: ZooKeeperWatcher): Promise<ZooKeeperStatLike | null> {
+    return (await this.readNode(path, watcher))?.stat ?? null;
+  }
+
+  /**
+   * A node's data and stat, leaving a watch on it when `watcher` is given; null if it does not exist (then no watch
+   * is left: getData, unlike exists, sets none on a missing node).
+   */
+  async readNode(path: string, watcher?: ZooKeeperWatcher): Promise<NodeRead | null> {
     try {
-      return await this.request<ZooKeeperStatLike | undefined>('getData', path, (done) =>
-        this.client.getData(path, watcher, (error, _data, stat) => done(error, stat)),
-      ).then((stat) => stat ?? null);
+      return await this.request<NodeRead | null>('getData', path, (done) => {
+        const callback = (
+          error: Error | null | undefined,
+          data: Buffer | undefined,
+          stat: ZooKeeperStatLike | undefined,
+        ): void => done(error, stat ? { data: data ?? EMPTY, stat } : null);
+        this.client.getData(path, watcher, callback);
+      });
     } catch (error) {
       if (zkErrorCode(error) === ZK_ERROR.NO_NODE) return null;
       throw error;
     }
+  }
+
+  /** Replaces a node's data whatever its version; NoNode rejects with the client's error, like `remove`. */
+  setData(path: string, data: Buffer): Promise<void> {
+    const { client } = this;
+    const setData = client.setData;
+    if (typeof setData !== 'function') {
+      return Promise.reject(
+        new UnsupportedError('the ZooKeeper client passed in has no setData, which updateMetadata needs'),
+      );
+    }
+    return this.request<void>('setData', path, (done) =>
+      setData.call(client, path, data, -1, (error) => done(error, undefined)),
+    );
   }
 
   /** One `multi` of version-less checks: every node exists, or the per-node results say which did not. */

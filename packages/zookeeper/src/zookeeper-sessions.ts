@@ -64,6 +64,11 @@ export interface SessionsOptions {
   readonly heartbeatPath: string;
   /** A session opened: watches must be set again on it. */
   readonly opened: (session: Session) => void;
+  /**
+   * The client is connected again under the same session after a disconnect: ZooKeeper kept the session's nodes,
+   * but whether each one is still there (and still the holder's) must be checked, not assumed.
+   */
+  readonly reconnected: (session: Session) => void;
   /** A session ended: every grant of it is lost. Called once per session. */
   readonly ended: (session: Session) => void;
   /**
@@ -325,7 +330,9 @@ export class Sessions {
         } else {
           // The server accepted the session on a handshake sent after the disconnect.
           session.noteContact(session.disconnectedAt);
+          const wasDisconnected = !session.connected;
           session.connected = true;
+          if (wasDisconnected) this.#o.reconnected(session);
         }
         break;
       case STATE.DISCONNECTED:

@@ -11,7 +11,7 @@ import type {
 interface Node {
   readonly czxid: bigint;
   readonly owner: bigint;
-  readonly dataLength: number;
+  data: Buffer;
   cversion: number;
   /** The zxid of the last child created or deleted under it. */
   pzxid: bigint;
@@ -37,9 +37,10 @@ export class FakeZooKeeper implements ZooKeeperClientLike {
   readonly calls: string[] = [];
   drops = 0;
   readonly #nodes = new Map<string, Node>([
-    ['/', { czxid: 0n, owner: 0n, dataLength: 0, cversion: 0, pzxid: 0n }],
+    ['/', { czxid: 0n, owner: 0n, data: Buffer.alloc(0), cversion: 0, pzxid: 0n }],
   ]);
   readonly #dataWatches = new Map<string, ZooKeeperWatcher[]>();
+  readonly #childWatches = new Map<string, ZooKeeperWatcher[]>();
   readonly #stateListeners = new Set<(state: ZooKeeperStateLike) => void>();
   #state = CONNECTED;
   #sessionId = 0x0100_0000_0000_0001n;
@@ -127,12 +128,13 @@ export class FakeZooKeeper implements ZooKeeperClientLike {
       this.#nodes.set(full, {
         czxid: this.#zxid,
         owner: mode === 3 ? this.#sessionId : 0n,
-        dataLength: data.length,
+        data: Buffer.from(data),
         cversion: 0,
         pzxid: this.#zxid,
       });
       this.connectionManager.zxid = long(this.#zxid);
       callback(null, full);
+      this.#fire(this.#childWatches, this.#parent(full), 4);
     });
   }
 
@@ -150,8 +152,24 @@ export class FakeZooKeeper implements ZooKeeperClientLike {
     this.#zxid += 1n;
     const parent = this.#nodes.get(this.#parent(path));
     if (parent) parent.pzxid = this.#zxid;
-    for (const watcher of this.#dataWatches.get(path) ?? []) watcher({ type: 2, path });
-    this.#dataWatches.delete(path);
+    this.#fire(this.#dataWatches, path, 2);
+    this.#fire(this.#childWatches, this.#parent(path), 4);
+  }
+
+  /** One-shot, as on the server: each watcher registered on the path fires once, with the event's path. */
+  #fire(watches: Map<string, ZooKeeperWatcher[]>, path: string, type: number): void {
+    const watchers = watches.get(path) ?? [];
+    watches.delete(path);
+    for (const watcher of new Set(watchers)) watcher({ type, path });
+  }
+
+  /** How many watchers are registered (data and child), for tests of watch sharing. */
+  get watchCount(): number {
+    let count = 0;
+    for (const watchers of [...this.#dataWatches.values(), ...this.#childWatches.values()]) {
+      count += new Set(watchers).size;
+    }
+    return count;
   }
 
   #stat(path: string): ZooKeeperStatLike | null {
@@ -161,7 +179,7 @@ export class FakeZooKeeper implements ZooKeeperClientLike {
           czxid: long(node.czxid),
           ephemeralOwner: long(node.owner),
           numChildren: this.children(path).length,
-          dataLength: node.dataLength,
+          dataLength: node.data.length,
           pzxid: long(node.pzxid),
         }
       : null;
@@ -174,7 +192,7 @@ export class FakeZooKeeper implements ZooKeeperClientLike {
 
   getData(
     path: string,
-    watcher: ZooKeeperWatcher,
+    watcher: ZooKeeperWatcher | undefined,
     callback: (
       error: Error | null | undefined,
       data: Buffer | undefined,
@@ -184,15 +202,33 @@ export class FakeZooKeeper implements ZooKeeperClientLike {
     this.#answer(`getData ${path}`, () => {
       const stat = this.#stat(path);
       if (!stat) return callback(error(-101), undefined, undefined);
-      this.#dataWatches.set(path, [...(this.#dataWatches.get(path) ?? []), watcher]);
-      callback(null, Buffer.alloc(0), stat);
+      if (watcher) this.#dataWatches.set(path, [...(this.#dataWatches.get(path) ?? []), watcher]);
+      callback(null, Buffer.from(this.#nodes.get(path)?.data ?? Buffer.alloc(0)), stat);
     });
+  }
+
+  setData(path: string, data: Buffer, _version: number, callback: ZooKeeperCallback<unknown>): void {
+    this.#answer(`setData ${path}`, () => {
+      const node = this.#nodes.get(path);
+      if (!node) return callback(error(-101), undefined);
+      this.#zxid += 1n;
+      node.data = Buffer.from(data);
+      callback(null, this.#stat(path));
+      this.#fire(this.#dataWatches, path, 3);
+    });
+  }
+
+  /** Deletes a node as another client would (no session of ours involved). */
+  deleteNode(path: string): void {
+    if (this.#nodes.has(path)) this.#delete(path);
   }
 
   getChildren(path: string, a: unknown, b?: unknown): void {
     const callback = (b ?? a) as ZooKeeperCallback<string[]>;
+    const watcher = b === undefined ? undefined : (a as ZooKeeperWatcher);
     this.#answer(`getChildren ${path}`, () => {
       if (!this.#nodes.has(path)) return callback(error(-101), []);
+      if (watcher) this.#childWatches.set(path, [...(this.#childWatches.get(path) ?? []), watcher]);
       callback(
         null,
         this.children(path).map((p) => p.slice(path.length + 1)),

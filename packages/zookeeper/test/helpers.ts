@@ -113,7 +113,17 @@ export function countingClient(
     },
     getData: (...args: Parameters<ZooKeeperClientLike['getData']>) => {
       counts.requests += 1;
-      inner.getData(args[0], wrap(args[1]), args[2]);
+      const watcher = args[1];
+      inner.getData(args[0], watcher === undefined ? undefined : wrap(watcher), args[2]);
+    },
+    setData: (
+      path: string,
+      data: Buffer,
+      version: number,
+      callback: (error: unknown, stat: unknown) => void,
+    ) => {
+      counts.requests += 1;
+      (inner.setData as NonNullable<ZooKeeperClientLike['setData']>)(path, data, version, callback);
     },
     getChildren: (path: string, a: unknown, b?: unknown) => {
       counts.requests += 1;
