@@ -134,6 +134,7 @@ export class FakeZooKeeper implements ZooKeeperClientLike {
       });
       this.connectionManager.zxid = long(this.#zxid);
       callback(null, full);
+      this.#fire(this.#dataWatches, full, 1);
       this.#fire(this.#childWatches, this.#parent(full), 4);
     });
   }
@@ -187,7 +188,12 @@ export class FakeZooKeeper implements ZooKeeperClientLike {
 
   exists(path: string, a: unknown, b?: unknown): void {
     const callback = (b ?? a) as ZooKeeperCallback<ZooKeeperStatLike | null>;
-    this.#answer(`exists ${path}`, () => callback(null, this.#stat(path)));
+    const watcher = b === undefined ? undefined : (a as ZooKeeperWatcher);
+    this.#answer(`exists ${path}`, () => {
+      // As on the server: set on a missing node too, and fired by its creation.
+      if (watcher) this.#dataWatches.set(path, [...(this.#dataWatches.get(path) ?? []), watcher]);
+      callback(null, this.#stat(path));
+    });
   }
 
   getData(
