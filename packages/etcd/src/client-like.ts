@@ -22,6 +22,8 @@ export interface KeyValueLike {
   readonly create_revision: string;
   readonly mod_revision: string;
   readonly lease: string;
+  /** Absent when the range asked for keys only. */
+  readonly value?: Buffer;
 }
 
 export interface RangeRequestLike {
@@ -37,6 +39,8 @@ export interface RangeRequestLike {
 export interface RangeResponseLike {
   readonly header: ResponseHeaderLike;
   readonly kvs: readonly KeyValueLike[];
+  /** How many keys the range holds, whatever its `limit`. */
+  readonly count?: string;
 }
 
 export interface PutRequestLike {
@@ -66,11 +70,13 @@ export interface ResponseOpLike {
 
 export interface CompareLike {
   result?: 'Equal';
-  target?: 'Create';
+  target?: 'Create' | 'Lease';
   key?: Buffer;
   /** With it, the comparison must hold for every key in `[key, range_end)` (vacuously true for none). */
   range_end?: Buffer;
   create_revision?: string;
+  /** With target `Lease`: the id of the lease the key is attached to (etcd ≥ 3.3). */
+  lease?: string;
 }
 
 export interface TxnRequestLike {

@@ -3,16 +3,20 @@ import {
   type AcquireRequest,
   type AcquireResult,
   type Lease,
+  type LockInfo,
   type LockService,
   type RenewRequest,
   type RenewResult,
   systemClock,
 } from '@dlock/core';
 import { acquireInQueue, BackgroundRetries, linkSignals, type QueueTools } from '@dlock/core/adapter';
+import { ChangeFeeds } from './change-feeds.js';
+import type { KvClientLike } from './client-like.js';
 import { EtcdServiceClosedError } from './errors.js';
 import { EtcdProtocol, SESSION_CLEANUP_MS } from './etcd-protocol.js';
 import { EtcdReleaseWatch } from './etcd-release-watch.js';
 import { EtcdSession, seconds } from './etcd-session.js';
+import { inspectLock } from './inspect.js';
 import { lockDirectory, prefixRangeEnd } from './keys.js';
 import { type EtcdLockServiceOptions, resolveOptions } from './options.js';
 import { EtcdRequests } from './requests.js';
@@ -27,6 +31,9 @@ import { EtcdRequests } from './requests.js';
  * - Renew: one keep-alive round trip with a deadline; a lease etcd no longer knows → `renewed: false`.
  * - Release: a lease per lock is revoked (which deletes its key in the same raft entry); in session mode the key
  *   is deleted if its create revision still matches.
+ * - Elections (etcd's `concurrency.Election` layout): the metadata is the key's value, written with the key;
+ *   `inspect` reads the first key of the directory, `updateMetadata` rewrites the value if the key is still ours,
+ *   `watchChanges` watches the directory (one watch per name, shared).
  *
  * @example
  * ```ts
@@ -41,6 +48,9 @@ export class EtcdLockService implements LockService {
   readonly #sessionMode: boolean;
   readonly #session: EtcdSession;
   readonly #watches: EtcdReleaseWatch;
+  readonly #changes: ChangeFeeds;
+  readonly #kv: KvClientLike;
+  readonly #requests: EtcdRequests;
   readonly #protocol: EtcdProtocol;
   readonly #cleanups: BackgroundRetries;
   readonly #queue: QueueTools;
@@ -61,6 +71,9 @@ export class EtcdLockService implements LockService {
       this.#sessionLost(tokens),
     );
     this.#watches = new EtcdReleaseWatch(client.watchClient, requests);
+    this.#changes = new ChangeFeeds(this.#watches, resolved.prefix);
+    this.#kv = client.kv;
+    this.#requests = requests;
     this.#protocol = new EtcdProtocol({
       kv: client.kv,
       requests,
@@ -131,6 +144,32 @@ export class EtcdLockService implements LockService {
     );
   }
 
+  /**
+   * The holder of `name` as etcd has it now (one read): the first key of its directory, its create revision as the
+   * fencing token, its value as the metadata, and the keys behind it as waiters. See `inspectLock` for when a key
+   * outlives its lease.
+   */
+  async inspect(name: string): Promise<LockInfo> {
+    this.#assertOpen();
+    const directory = lockDirectory(this.#prefix, name);
+    return inspectLock(this.#kv, this.#requests, directory, prefixRangeEnd(directory));
+  }
+
+  /** One transaction: rewrites the held key's value if its create revision and lease are still ours. */
+  async updateMetadata(lease: Lease, metadata: string): Promise<boolean> {
+    this.#assertOpen();
+    return this.#protocol.updateMetadata(lease, metadata);
+  }
+
+  /**
+   * Calls `onChange` on every change under the lock's directory, once when etcd confirms the watch, and after the
+   * watch stream resets. Subscribers of one name share one etcd watch.
+   */
+  watchChanges(name: string, onChange: () => void): () => void {
+    if (this.#closing.signal.aborted) return () => {};
+    return this.#changes.subscribe(name, onChange);
+  }
+
   watchLeases(onLost: (ownershipTokens: readonly string[]) => void): () => void {
     const listener = (tokens: readonly string[]): void => onLost(tokens);
     this.#leaseListeners.add(listener);
@@ -159,6 +198,7 @@ export class EtcdLockService implements LockService {
     // Each pending acquire ends at once; what it leaves in a queue is being removed once it has.
     await Promise.allSettled([...this.#acquiring]);
     this.#watches.close();
+    this.#changes.clear();
     const ownLeases = this.#protocol.forgetAll();
     await Promise.allSettled([
       this.#cleanups.close(),

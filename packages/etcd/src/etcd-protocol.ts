@@ -14,6 +14,7 @@ import type { EtcdSession, KeepAliveOutcome, TrackedLease } from './etcd-session
 import { contenderKey, lockDirectory, newOwnershipToken, newServiceId, prefixRangeEnd } from './keys.js';
 import type { EtcdRequests } from './requests.js';
 import { Slots } from './slots.js';
+import { encodeValue } from './values.js';
 
 /** One acquire attempt's place in a lock's queue: a key under the lock's directory, named before any I/O. */
 export interface Claim {
@@ -364,6 +365,41 @@ export class EtcdProtocol implements QueueDriver<Claim, Wait> {
     }
   }
 
+  /**
+   * Rewrites the value of a held lock's key, in a transaction that first checks the key is still the one we were
+   * granted (its create revision, so also still first in line: keys written later sort after it) and still on our
+   * lease. The put names the lease again (a put without one would detach the key from it); it keeps the create
+   * revision, which is the fencing token, and does not touch the lease's expiry. A failed check means the key is
+   * gone: the grant is dropped, so the next renewal reports it lost.
+   */
+  async updateMetadata(lease: Lease, metadata: string): Promise<boolean> {
+    const token = lease.ownershipToken;
+    const held = this.#lookup(lease);
+    if (!held) return false;
+    if (held.lease.isLost) {
+      this.#drop(token, held);
+      return false;
+    }
+    const { key, revision } = held;
+    const leaseId = held.lease.id;
+    const response = await this.#requests.run('update metadata', (options) =>
+      this.#kv.txn(
+        {
+          compare: [
+            { key, target: 'Create', result: 'Equal', create_revision: String(revision) },
+            { key, target: 'Lease', result: 'Equal', lease: leaseId },
+          ],
+          success: [{ request_put: { key, value: encodeValue(metadata, lease.ownerId), lease: leaseId } }],
+        },
+        options,
+      ),
+    );
+    this.#saw(response);
+    if (response.succeeded) return true;
+    this.#drop(token, held);
+    return false;
+  }
+
   /** The locks of a lost session: forgotten, their slots free again (their keys went with the lease). */
   forgetLost(tokens: readonly string[]): void {
     for (const token of tokens) {
@@ -395,7 +431,7 @@ export class EtcdProtocol implements QueueDriver<Claim, Wait> {
   async #write(claim: Claim, lease: TrackedLease): Promise<Written> {
     const { key, directory, rangeEnd, request } = claim;
     const put: RequestOpLike = {
-      request_put: { key, value: Buffer.from(request.ownerId, 'utf8'), lease: lease.id },
+      request_put: { key, value: encodeValue(request.metadata, request.ownerId), lease: lease.id },
     };
     const settled = (): void => {
       claim.writing = false;

@@ -16,11 +16,20 @@ export interface WatchSpec {
   readonly rangeEnd?: Buffer;
   /** First revision to report; without it, from the moment the watch is created. */
   readonly startRevision?: bigint;
+  /** Report puts too (by default etcd filters them out). */
+  readonly puts?: boolean;
 }
 
 export interface WatchListener {
-  /** Delete events only (puts are filtered out on the server). */
-  onDeletes(events: readonly WatchEventLike[]): void;
+  /** The delete events of each batch that has any. */
+  onDeletes?(events: readonly WatchEventLike[]): void;
+  /** Every batch of events (puts only if the spec asked for them). */
+  onEvents?(events: readonly WatchEventLike[]): void;
+  /**
+   * etcd confirmed the watch (again, after a reset): from here no event is missed. An owner that read the keys
+   * before this reads them again.
+   */
+  onCreated?(): void;
   /**
    * The stream broke or etcd cancelled the watch: events may have been missed until it is re-created (it is, from
    * the revision after the last one seen). Owners that cannot afford a miss re-read the keys they care about.
@@ -42,7 +51,7 @@ const MAX_BACKOFF_MS = 2_000;
 
 /**
  * Release notices: deletes of lock keys, for the service's `watch()` (a lock's whole directory) and for queued
- * contenders (the one key just ahead of theirs). Many watches share one `Watch` stream, with ids the client
+ * contenders (the one key just ahead of theirs); and change notices (puts too) for `watchChanges()`. Many watches share one `Watch` stream, with ids the client
  * assigns (etcd ≥ 3.4), so creation needs no one-at-a-time handshake and answers are never matched by arrival
  * order. A broken stream is reopened with backoff and every watch is re-created from the revision after the last
  * event it saw, so no delete is lost to a reconnect (unless compacted, which is reported as a reset).
@@ -136,7 +145,7 @@ export class EtcdReleaseWatch {
           ...(registration.nextRevision !== undefined
             ? { start_revision: registration.nextRevision.toString() }
             : {}),
-          filters: ['Noput'],
+          ...(registration.spec.puts ? {} : { filters: ['Noput' as const] }),
           watch_id: watchId,
         },
       });
@@ -181,6 +190,7 @@ export class EtcdReleaseWatch {
       if (this.#registrations.has(registration)) this.#create(stream, registration);
       return;
     }
+    if (response.created) registration.listener.onCreated?.();
     if (response.events.length === 0) return;
     let last = 0n;
     const deletes: WatchEventLike[] = [];
@@ -190,7 +200,8 @@ export class EtcdReleaseWatch {
       if (event.type === 'Delete') deletes.push(event);
     }
     registration.nextRevision = last + 1n;
-    if (deletes.length > 0) registration.listener.onDeletes(deletes);
+    if (deletes.length > 0) registration.listener.onDeletes?.(deletes);
+    registration.listener.onEvents?.(response.events);
   }
 
   #broken(stream: WatchStream): void {

@@ -1,6 +1,6 @@
 import { EtcdLockService } from '@dlock/etcd';
 import { ETCD_ENDPOINT } from '@dlock/test-utils';
-import { type ContractSubject, lockServiceContract } from '@dlock/testing/contract';
+import { type ContractSubject, electionContract, lockServiceContract } from '@dlock/testing/contract';
 import { Etcd3 } from 'etcd3';
 import { afterAll } from 'vitest';
 import type { EtcdClientLike } from '../src/client-like.js';
@@ -73,3 +73,15 @@ lockServiceContract(
     },
   },
 );
+
+// Candidates queue like lock waiters, so they take over in campaign order.
+for (const session of [false, true]) {
+  electionContract(
+    `EtcdLockService (${session ? 'session mode' : 'a lease per lock'})`,
+    () => {
+      const service = new EtcdLockService({ client, keyPrefix: 'dlock-test/election/', session });
+      return { service, close: () => service.close() };
+    },
+    { ttlMs: 2_000, fifo: true },
+  );
+}
