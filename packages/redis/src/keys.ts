@@ -71,6 +71,14 @@ export function wakeChannel(prefix: string, name: string, serviceId: string): st
 }
 
 /**
+ * The channel on which grants, releases and metadata updates of lock `name` are announced while the name is observed
+ * (elections). In the lock's hash slot, like every channel a script publishes on.
+ */
+export function changeChannel(prefix: string, name: string): string {
+  return `${tagged(prefix, name)}changed`;
+}
+
+/**
  * Redlock's own default prefix: a Redlock node could be a Redis that a single-node `RedisLockService` also uses,
  * and the two store a lock differently.
  */

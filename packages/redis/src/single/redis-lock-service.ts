@@ -5,7 +5,9 @@ import {
   type Clock,
   InvalidArgumentError,
   type Lease,
+  type LockInfo,
   type LockService,
+  MAX_METADATA_BYTES,
   MAX_TIMER_MS,
   type RenewRequest,
   type RenewResult,
@@ -14,7 +16,7 @@ import {
 } from '@dlock/core';
 import { acquireInQueue, BackgroundRetries, linkSignals, type QueueTools } from '@dlock/core/adapter';
 import { RedisServiceClosedError } from '../errors.js';
-import { lockKeys, wakeChannel } from '../keys.js';
+import { changeChannel, lockKeys, wakeChannel } from '../keys.js';
 import { type RedisLockServiceOptions, resolveRedisOptions } from '../options.js';
 import { Deadlines } from './deadlines.js';
 import { RedisAcquire, RedisProtocol } from './redis-protocol.js';
@@ -118,6 +120,8 @@ export class RedisLockService implements LockService, AsyncDisposable {
     }
     const keys = lockKeys(this.#prefix, name);
     const { ownerId } = request;
+    const metadata =
+      request.metadata === undefined ? undefined : checkMetadata(request.metadata, 'request.metadata');
     const waitMs = Math.min(Math.max(0, Math.floor(request.waitMs)), MAX_TIMER_MS);
     const wake = this.#cluster ? wakeChannel(this.#prefix, name, this.#serviceId) : undefined;
     const listening = (timeoutMs: number): Promise<boolean> =>
@@ -132,7 +136,18 @@ export class RedisLockService implements LockService, AsyncDisposable {
           const signal = linked.signal;
           const queued = acquireInQueue(
             this.#protocol,
-            new RedisAcquire(name, ownerId, ttlMs, keys, calledAt, left, signal, () => signal, wake),
+            new RedisAcquire(
+              name,
+              ownerId,
+              ttlMs,
+              keys,
+              calledAt,
+              left,
+              signal,
+              () => signal,
+              wake,
+              metadata,
+            ),
             this.#queue,
           );
           this.#queued.add(queued);
@@ -151,7 +166,18 @@ export class RedisLockService implements LockService, AsyncDisposable {
     // is read only if the script is slow: core makes it on first read, and a fast acquire should not pay for it.
     return acquireInQueue(
       this.#protocol,
-      new RedisAcquire(name, ownerId, ttlMs, keys, calledAt, 0, NOT_WAITING, () => request.signal),
+      new RedisAcquire(
+        name,
+        ownerId,
+        ttlMs,
+        keys,
+        calledAt,
+        0,
+        NOT_WAITING,
+        () => request.signal,
+        undefined,
+        metadata,
+      ),
       this.#queue,
     );
   }
@@ -183,6 +209,37 @@ export class RedisLockService implements LockService, AsyncDisposable {
   }
 
   /**
+   * The holder of `name` as the server sees it now (one script: the lock key, its TTL, the queue's length), with
+   * the metadata stored with its grant. A tombstone or a missing key is not held; a lease that ran out is missing.
+   */
+  async inspect(name: string): Promise<LockInfo> {
+    this.#assertOpen();
+    return this.#protocol.inspect(validateName(name));
+  }
+
+  /**
+   * Replaces the metadata of `lease`'s grant if it still holds the lock (owner-checked on the server, like a
+   * renewal), keeping its fencing token and expiry. False when it no longer holds.
+   */
+  async updateMetadata(lease: Lease, metadata: string): Promise<boolean> {
+    this.#assertOpen();
+    return this.#protocol.updateMetadata(lease, checkMetadata(metadata, 'metadata'));
+  }
+
+  /**
+   * Calls `onChange` when the holder of `name` or its metadata may have changed: a grant, a hand-off, a release, a
+   * metadata update (expiry is seen only by the next grant). One subscription per name and service, shared by
+   * every caller; `onChange` is called once when it becomes active.
+   */
+  watchChanges(name: string, onChange: () => void): () => void {
+    if (this.#closing.signal.aborted) return () => {};
+    const valid = validateName(name);
+    return this.#watch.watch(changeChannel(this.#prefix, valid), onChange, () =>
+      this.#protocol.markWatched(valid, 'o'),
+    );
+  }
+
+  /**
    * Ends queued waits (they leave the queue, and reject with a `TransportError`), waits for clean-ups in flight and
    * closes the subscriber connection if the service made it. Does not close `client`, which belongs to the caller.
    * Idempotent. Every call after it rejects with a `ClientClosedError` (code `CLIENT_CLOSED`).
@@ -203,4 +260,15 @@ export class RedisLockService implements LockService, AsyncDisposable {
   #assertOpen(): void {
     if (this.#closing.signal.aborted) throw new RedisServiceClosedError('RedisLockService');
   }
+}
+
+/** Core validates metadata before it reaches a service; a direct caller's is checked here, before any I/O. */
+function checkMetadata(metadata: unknown, field: string): string {
+  if (typeof metadata !== 'string' || /\p{Cs}/u.test(metadata)) {
+    throw new InvalidArgumentError(field, 'must be a well-formed string');
+  }
+  if (Buffer.byteLength(metadata) > MAX_METADATA_BYTES) {
+    throw new InvalidArgumentError(field, `must be at most ${MAX_METADATA_BYTES} UTF-8 bytes`);
+  }
+  return metadata;
 }

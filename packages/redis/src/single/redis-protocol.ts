@@ -2,6 +2,7 @@ import {
   type AcquireRequest,
   type Clock,
   type Lease,
+  type LockInfo,
   type RenewRequest,
   type RenewResult,
   TransportError,
@@ -51,6 +52,8 @@ export class RedisAcquire implements AcquireRequest {
     readonly signalOf: () => AbortSignal,
     /** Cluster: where hand-offs to this call's claims arrive (the service channel is used on a single node). */
     readonly wakeChannel?: string,
+    /** The request's metadata, stored with the grant whichever path grants it (see `scripts.ts`). */
+    readonly stored?: string,
   ) {}
 
   /** Claims queue in Redis and wait for a hand-off; otherwise one attempt, and core's `LockClient` loop waits. */
@@ -107,6 +110,23 @@ function parseReply(reply: unknown, what: string): ScriptReply {
     }
   }
   throw unexpectedReply(what, reply);
+}
+
+/** The inspect script's {waiters[, fencing token, PTTL[, metadata]]}. */
+function parseInspect(reply: unknown): LockInfo {
+  if (!Array.isArray(reply) || reply.length < 1 || reply.length > 4 || typeof reply[0] !== 'number') {
+    throw unexpectedReply('inspect', reply);
+  }
+  const [waiters, fence, pttl, metadata] = reply as [number, unknown, unknown, unknown];
+  if (reply.length === 1) return { held: false, waiters };
+  if (typeof fence !== 'string' || !DECIMAL.test(fence) || typeof pttl !== 'number') {
+    throw unexpectedReply('inspect', reply);
+  }
+  // PTTL is -1 (no expiry) or -2 (gone) only for a key no grant of ours wrote: reported without an expiry.
+  const expiry = pttl >= 0 ? { expiresInMs: pttl } : {};
+  if (reply.length === 3) return { held: true, fencingToken: BigInt(fence), ...expiry, waiters };
+  if (typeof metadata !== 'string') throw unexpectedReply('inspect', reply);
+  return { held: true, fencingToken: BigInt(fence), metadata, ...expiry, waiters };
 }
 
 /**
@@ -294,12 +314,40 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
    * unmarks it when the notice reached nobody. Run once the subscription is in place (and again after it was
    * lost), so that a mark never waits for a subscriber that is not there yet. Best effort.
    */
-  markWatched(name: string): Promise<unknown> {
+  markWatched(name: string, mark: 'w' | 'o' = 'w'): Promise<unknown> {
     return this.#deadlines.bound(
-      this.#scripts.watch.run(this.#send, keyList(lockKeys(this.#prefix, name)), []),
+      this.#scripts.watch.run(this.#send, keyList(lockKeys(this.#prefix, name)), [mark]),
       this.#timeoutMs,
       'watch',
     );
+  }
+
+  /** The inspect script: the lock as the server sees it now, with the metadata stored with its grant. */
+  async inspect(name: string): Promise<LockInfo> {
+    const reply = await this.#deadlines.bound(
+      this.#scripts.inspect.run(this.#send, keyList(lockKeys(this.#prefix, name)), []),
+      this.#timeoutMs,
+      'inspect',
+    );
+    return parseInspect(reply);
+  }
+
+  /** The update script: owner-checked like a renewal; keeps the fencing token and the lease's expiry. */
+  async updateMetadata(lease: Lease, metadata: string): Promise<boolean> {
+    const state: CallState = { abandoned: false };
+    const reply = await this.#deadlines.bound(
+      this.#scripts.update.run(
+        this.#send,
+        keyList(lockKeys(this.#prefix, lease.name)),
+        [claimOf(lease), metadata],
+        state,
+      ),
+      this.#timeoutMs,
+      'update metadata',
+      { state },
+    );
+    if (reply !== 1 && reply !== 0) throw unexpectedReply('update metadata', reply);
+    return reply === 1;
   }
 
   async #acquire(claim: Claim): Promise<Standing<Wait>> {
@@ -308,6 +356,10 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
     const waitMs = call.queue ? Math.max(1, Math.ceil((call.deadline ?? now) - now)) : 0;
     const args = [owner, String(call.ttlMs), String(waitMs)];
     if (waitMs > 0) args.push(call.wakeChannel ?? this.#channel);
+    if (call.stored !== undefined) {
+      if (waitMs === 0) args.push('');
+      args.push(call.stored);
+    }
     // From here until the reply, the script may have granted or queued: a failure leaves it to be undone.
     claim.placed = true;
     const raw = await this.#run(this.#scripts.acquire, claim, args, 'acquire');

@@ -5,16 +5,30 @@ import { LuaScript } from '../lua-script.js';
  * line, which token comes next) is taken against one consistent state. Needs Redis >= 6.2 (SET ... GET, PXAT).
  *
  * Keys of one lock (see `keys.ts`), all in one hash-tag slot; every script takes all four, in this order:
- *   KEYS[1] lock    string "<who> <fence> <ceiling> <anchor> <flags>", in one of two states:
+ *   KEYS[1] lock    string "<who> <fence> <ceiling> <anchor> <flags>[ <metadata>]", in one of two states:
  *                     held       who = the holder's ownership token, fence = its fencing token, TTL = the lease;
- *                     tombstone  who = "~": free, with nobody queued; fence = the last token; expires at the anchor.
+ *                                metadata = what the grant was given to store (an election's leader value), if any;
+ *                     tombstone  who = "~": free, with nobody queued; fence = the last token; expires at the anchor;
+ *                                never any metadata.
  *                   ceiling = the value of the fence key; anchor = server time (ms) after which no tombstone is kept;
- *                   flags = "-", or some of q (someone may be queued behind the holder) and w (someone may watch).
+ *                   flags = "-", or some of q (someone may be queued behind the holder), w (someone may watch) and
+ *                   o (someone may observe: elections), always in that order.
  *   KEYS[2] fence   the ceiling: no token above it was handed out. Expires RETENTION_MS after the anchor.
  *   KEYS[3] queue   list of waiting ownership tokens, oldest first
- *   KEYS[4] waiters hash ownership token -> "<deadline ms> <ttl ms> <notify channel>"
- * The name's release channel is KEYS[1] with "lock" replaced by "released": not a key, but in the same hash tag, as
- * a sharded channel must be. Hand-off channels come from the waiters' entries, as their services wrote them.
+ *   KEYS[4] waiters hash ownership token -> "<deadline ms> <ttl ms> <notify channel>", or, for a waiter whose grant
+ *                   carries metadata, "<deadline ms> <ttl ms>/<metadata bytes> <notify channel><metadata>" (channels
+ *                   and metadata may both hold spaces: the byte count is what tells them apart)
+ * The name's release channel is KEYS[1] with "lock" replaced by "released", its change channel the same with
+ * "changed": not keys, but in the same hash tag, as a sharded channel must be. Hand-off channels come from the
+ * waiters' entries, as their services wrote them.
+ *
+ * Metadata sits at the end of the value, after the flags, so that a lock without it stores and parses exactly what
+ * it did before, a renewal (PEXPIRE) keeps it, and a release drops it with the grant. Every pattern below that reads
+ * the flags allows for it (parse's sixth capture, `rest`: "" or " <metadata>"); the fast paths never see it (a
+ * tombstone has none, and a release fast-paths only a value that ends in the flags "-").
+ * o: while a name is marked observed, every grant, release and metadata update publishes on its change channel;
+ * one that reached nobody unmarks it, and a grant that finds the lock key missing publishes anyway (marks are lost
+ * with the key) and marks the name if someone heard.
  *
  * Why the tombstone: a release that deleted the key would lose the counter with it, and the next acquire would have
  * to read it back from elsewhere. So the uncontended cycle is six commands: acquire = EVALSHA, GET (a tombstone),
@@ -59,17 +73,33 @@ local function num(n) return string.format('%.0f', n) end
 
 local function publish(channel, message) return redis.call('PUBLISH_COMMAND', channel, message) end
 
+-- who, fence, ceiling, anchor, flags, and rest: "" or " <metadata>".
 local function parse(value)
-  return string.match(value, '^(%S+) (%d+) (%d+) (%d+) (%S+)$')
+  return string.match(value, '^(%S+) (%d+) (%d+) (%d+) (%S+)(.*)$')
 end
 
 local function has(flags, flag) return string.find(flags, flag, 1, true) ~= nil end
 
--- flags with \`flag\` added (flags are kept in the order q, w).
+-- Flags in their order: q, w, o (the acquire's fast path finds an o by the last byte alone).
+local function flags_of(q, w, o)
+  local f = (q and 'q' or '') .. (w and 'w' or '') .. (o and 'o' or '')
+  return f == '' and '-' or f
+end
+
+-- flags with \`flag\` added.
 local function with(flags, flag)
-  if flags == '-' then return flag end
-  if flag == 'q' then return 'q' .. flags end
-  return flags .. flag
+  return flags_of(flag == 'q' or has(flags, 'q'), flag == 'w' or has(flags, 'w'), flag == 'o' or has(flags, 'o'))
+end
+
+-- A value with its flags replaced (parse's flags and rest), keeping the metadata.
+local function reflag(value, flags, rest, new)
+  return string.sub(value, 1, #value - #flags - #rest) .. new .. rest
+end
+
+-- Tells the name's observers that the holder or its metadata changed, if it is marked observed (o). Answers
+-- whether it stays marked: a notice that reached nobody unmarks it.
+local function changed(o)
+  return o and publish(string.sub(KEYS[1], 1, -5) .. 'changed', '') > 0
 end
 
 -- The name's counter: the last token handed out (F), the ceiling of its block (C) and the anchor (A), as numbers,
@@ -118,28 +148,39 @@ local function recover()
   end
 end
 
-local function grant(owner, fence, ttl, q, w)
-  local flags = q and (w and 'qw' or 'q') or (w and 'w' or '-')
-  redis.call('SET', KEYS[1], owner .. ' ' .. fence .. ' ' .. Cs .. ' ' .. As .. ' ' .. flags, 'PX', ttl)
+-- meta: the grant's metadata, or nil.
+local function grant(owner, fence, ttl, q, w, o, meta)
+  local value = owner .. ' ' .. fence .. ' ' .. Cs .. ' ' .. As .. ' ' .. flags_of(q, w, changed(o))
+  if meta then value = value .. ' ' .. meta end
+  redis.call('SET', KEYS[1], value, 'PX', ttl)
+end
+
+-- A waiter's entry: deadline, ttl, notify channel and metadata (nil when its grant carries none).
+local function entry_of(entry)
+  local deadline, ttl, bytes, rest = string.match(entry, '^(%d+) (%d+)/?(%d*) (.+)$')
+  if not rest or bytes == '' then return deadline, ttl, rest, nil end
+  local n = tonumber(bytes)
+  if n >= #rest then return nil end
+  return deadline, ttl, string.sub(rest, 1, #rest - n), string.sub(rest, #rest - n + 1)
 end
 
 -- Gives the free lock to the oldest waiter still there and tells only that waiter's process. Skipped for good:
 -- entries past their deadline (the waiter gave up or died), and waiters whose process no longer listens (the
 -- message reached nobody; the token minted for it is never used). The caller itself (skip) is granted without a
 -- message: it reads the grant from its reply. The new holder is marked q: more may be queued behind it.
-local function promote(skip, w)
+local function promote(skip, w, o)
   while true do
     local head = redis.call('LPOP', KEYS[3])
     if not head then return nil end
     local entry = redis.call('HGET', KEYS[4], head)
     redis.call('HDEL', KEYS[4], head)
     if entry then
-      local deadline, ttl, channel = string.match(entry, '^(%d+) (%d+) (.+)$')
+      local deadline, ttl, channel, meta = entry_of(entry)
       local now = now_ms()
       if deadline and tonumber(deadline) > now then
         local fence = mint(now)
         if head == skip or publish(channel, head .. ' ' .. fence) > 0 then
-          grant(head, fence, ttl, true, w)
+          grant(head, fence, ttl, true, w, o, meta)
           return head, fence
         end
       end
@@ -148,26 +189,29 @@ local function promote(skip, w)
 end
 
 -- The holder lets go (after load): the lock goes to the oldest live waiter if any may be queued; else it becomes a
--- tombstone, after telling the name's watchers if any may listen.
+-- tombstone (without the holder's metadata), after telling the name's watchers if any may listen. Observers hear of
+-- either.
 local function let_go(flags)
-  local w = has(flags, 'w')
-  if has(flags, 'q') and promote(nil, w) then return end
+  local w, o = has(flags, 'w'), has(flags, 'o')
+  if has(flags, 'q') and promote(nil, w, o) then return end
   if w and publish(string.sub(KEYS[1], 1, -5) .. 'released', '') == 0 then w = false end
-  redis.call('SET', KEYS[1], '~ ' .. num(F) .. ' ' .. Cs .. ' ' .. As .. ' ' .. (w and 'w' or '-'), 'PXAT', As)
+  local tombstone = '~ ' .. num(F) .. ' ' .. Cs .. ' ' .. As .. ' ' .. flags_of(false, w, changed(o))
+  redis.call('SET', KEYS[1], tombstone, 'PXAT', As)
 end
 `;
 
 /**
- * ARGV[1] ownership token, ARGV[2] ttl ms, ARGV[3] wait ms (0: do not queue), ARGV[4] the caller's notify channel.
+ * ARGV[1] ownership token, ARGV[2] ttl ms, ARGV[3] wait ms (0: do not queue), ARGV[4] the caller's notify channel
+ * ('' when not queueing), ARGV[5] the metadata to store with the grant (absent: none).
  * Returns the fencing token (a string) when this call granted the lock to the caller, {fencing token, PTTL} when
  * the caller already held it (granted earlier by a hand-off), else the holder's PTTL (an integer).
  * A free lock goes to the oldest live waiter, so a caller that is not queued never overtakes the queue.
  */
 const ACQUIRE_FAST = `
 local value = redis.call('GET', KEYS[1])
-if value and string.byte(value, 1) == 126 then
-  -- A tombstone "~ <fence> <ceiling> <anchor> <flags>" with tokens left in its block: the grant takes the next one
-  -- and keeps the rest of the value as it is.
+if value and string.byte(value, 1) == 126 and string.byte(value, -1) ~= 111 then
+  -- A tombstone "~ <fence> <ceiling> <anchor> <flags>" with tokens left in its block, on a name nobody observes (no
+  -- o, which is last when set): the grant takes the next token and keeps the rest of the value as it is.
   local find, sub = string.find, string.sub
   local p = find(value, ' ', 3, true)
   local q = p and find(value, ' ', p + 1, true)
@@ -179,24 +223,33 @@ if value and string.byte(value, 1) == 126 then
     -- The next decimal without string.format, unless the last digit carries.
     local digit = string.byte(last, -1)
     local mine = digit < 57 and sub(last, 1, -2) .. string.char(digit + 1) or string.format('%.0f', next)
-    redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. mine .. sub(value, p), 'PX', ARGV[2])
+    local meta = ARGV[5]
+    redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. mine .. sub(value, p) .. (meta and ' ' .. meta or ''), 'PX', ARGV[2])
     return mine
   end
 end
 `;
 
 const ACQUIRE = `
-local owner = ARGV[1]
-local who, fence, ceiling, anchor, flags
+local owner, meta = ARGV[1], ARGV[5]
+
+-- The caller's queue entry (see the header): deadline, TTL, notify channel, and the metadata its grant will carry.
+local function entry_for(wait)
+  local head = string.format('%.0f', now_ms() + wait) .. ' ' .. ARGV[2]
+  if meta then return head .. '/' .. #meta .. ' ' .. ARGV[4] .. meta end
+  return head .. ' ' .. ARGV[4]
+end
+
+local who, fence, ceiling, anchor, flags, rest
 if value then
-  who, fence, ceiling, anchor, flags = parse(value)
+  who, fence, ceiling, anchor, flags, rest = parse(value)
   if who == '~' then
     -- A tombstone: free, and nobody is queued (the queue was empty when it was written, and waiters queue only
-    -- behind a holder). Its anchor has not passed, or it would be gone. (Its block is used up, or the fast path
-    -- above would have granted.)
+    -- behind a holder). Its anchor has not passed, or it would be gone. (Its block is used up, or the name is
+    -- observed, or the fast path above would have granted.)
     load(fence, ceiling, anchor)
     local mine = mint(nil)
-    grant(owner, mine, ARGV[2], false, flags == 'w')
+    grant(owner, mine, ARGV[2], false, has(flags, 'w'), has(flags, 'o'), meta)
     return mine
   end
   if who == owner then
@@ -206,25 +259,25 @@ if value then
   end
 else
   -- Missing: never used, or lost. Waiters may be queued (the holder's lease ran out while they waited): the oldest
-  -- live one goes first. Whether anyone watches is unknown now, so the grant assumes so.
+  -- live one goes first. Whether anyone watches or observes is unknown now, so the grant assumes so.
   recover()
   if redis.call('LLEN', KEYS[3]) == 0 then
     local mine = mint(nil)
-    grant(owner, mine, ARGV[2], false, true)
+    grant(owner, mine, ARGV[2], false, true, true, meta)
     return mine
   end
-  local head, handed = promote(owner, true)
+  local head, handed = promote(owner, true, true)
   if head == owner then return handed end
   if not head then
     local mine = mint(nil)
-    grant(owner, mine, ARGV[2], false, true)
+    grant(owner, mine, ARGV[2], false, true, true, meta)
     return mine
   end
   -- Handed to the head of the queue, marked q already.
   flags = 'qw'
 end
 local wait = tonumber(ARGV[3])
-if wait > 0 and redis.call('HSETNX', KEYS[4], owner, string.format('%.0f', now_ms() + wait) .. ' ' .. ARGV[2] .. ' ' .. ARGV[4]) == 1 then
+if wait > 0 and redis.call('HSETNX', KEYS[4], owner, entry_for(wait)) == 1 then
   redis.call('RPUSH', KEYS[3], owner)
   -- The queue outlives no entry: once every waiter's deadline passed, the keys go away by themselves. Extended
   -- with a margin, so that a stream of waiters does not extend it on every arrival.
@@ -235,7 +288,7 @@ if wait > 0 and redis.call('HSETNX', KEYS[4], owner, string.format('%.0f', now_m
   -- The holder's release must look at the queue. (A value we cannot read is no grant of ours: its key runs out,
   -- and the acquire after that looks at the queue anyway.)
   if flags and not has(flags, 'q') then
-    redis.call('SET', KEYS[1], string.sub(value, 1, #value - #flags) .. with(flags, 'q'), 'KEEPTTL')
+    redis.call('SET', KEYS[1], reflag(value, flags, rest, with(flags, 'q')), 'KEEPTTL')
   end
 end
 return redis.call('PTTL', KEYS[1])
@@ -250,7 +303,8 @@ local value = redis.call('GET', KEYS[1])
 local claim = ARGV[1] .. ' '
 if not value or string.sub(value, 1, #claim) ~= claim then return 0 end
 do
-  -- Nobody queued, nobody watching: the tombstone is the claim's fence and the rest of the value as it is.
+  -- Nobody queued, watching or observing, and no metadata (the value ends in the flags "-"): the tombstone is the
+  -- claim's fence and the rest of the value as it is.
   local find, sub = string.find, string.sub
   local p = find(value, ' ', #claim + 1, true)
   local q = p and find(value, ' ', p + 1, true)
@@ -289,17 +343,53 @@ return 0
 `;
 
 /**
- * Marks the name watched (w), so that releases publish on its release channel. Returns 1 when the lock key carries
- * the mark, 0 when the key is missing: the next grant then assumes a watcher anyway.
+ * Marks the name watched (ARGV[1] = 'w': releases publish on its release channel) or observed ('o': grants,
+ * releases and metadata updates publish on its change channel). Returns 1 when the lock key carries the mark, 0 when
+ * the key is missing: the next grant then assumes a watcher and an observer anyway.
  */
 const WATCH = `
+local flag = ARGV[1]
+if flag ~= 'w' and flag ~= 'o' then return redis.error_reply('ERR dlock: unknown mark') end
 local value = redis.call('GET', KEYS[1])
 if not value then return 0 end
-local _, _, _, _, flags = parse(value)
+local _, _, _, _, flags, rest = parse(value)
 if not flags then return 0 end
-if not has(flags, 'w') then
-  redis.call('SET', KEYS[1], string.sub(value, 1, #value - #flags) .. with(flags, 'w'), 'KEEPTTL')
+if not has(flags, flag) then
+  redis.call('SET', KEYS[1], reflag(value, flags, rest, with(flags, flag)), 'KEEPTTL')
 end
+return 1
+`;
+
+/**
+ * The lock as it stands: {waiters} when free (missing, or a tombstone), {waiters, fencing token, PTTL} when held,
+ * and {waiters, fencing token, PTTL, metadata} when the grant carries metadata. waiters = the queue's length (it
+ * may still count entries whose deadline passed). A lease that ran out reads as missing (GET expires the key).
+ */
+const INSPECT = `
+local waiters = redis.call('LLEN', KEYS[3])
+local value = redis.call('GET', KEYS[1])
+if not value then return {waiters} end
+local who, fence, _, _, _, rest = parse(value)
+if not fence or who == '~' then return {waiters} end
+local pttl = redis.call('PTTL', KEYS[1])
+if rest == '' then return {waiters, fence, pttl} end
+return {waiters, fence, pttl, string.sub(rest, 2)}
+`;
+
+/**
+ * ARGV[1] the claim "<ownership token> <fencing token>", ARGV[2] the new metadata. Replaces the metadata of the grant
+ * the claim holds, keeping its token, marks and TTL, and tells the name's observers. Returns 1, or 0 when the claim
+ * does not hold the lock.
+ */
+const UPDATE = `
+local value = redis.call('GET', KEYS[1])
+local claim = ARGV[1] .. ' '
+if not value or string.sub(value, 1, #claim) ~= claim then return 0 end
+local _, _, _, _, flags, rest = parse(value)
+if not flags then return 0 end
+local head = string.sub(value, 1, #value - #flags - #rest)
+local o = changed(has(flags, 'o'))
+redis.call('SET', KEYS[1], head .. flags_of(has(flags, 'q'), has(flags, 'w'), o) .. ' ' .. ARGV[2], 'KEEPTTL')
 return 1
 `;
 
@@ -330,6 +420,8 @@ export interface LockScripts {
   readonly leave: LuaScript;
   readonly renew: LuaScript;
   readonly watch: LuaScript;
+  readonly inspect: LuaScript;
+  readonly update: LuaScript;
 }
 
 /** Waiters' queue keys live this much longer than the latest deadline in them. */
@@ -362,5 +454,7 @@ export function lockScripts(fenceRetentionMs: number, sharded = false): LockScri
     leave: build(LEAVE),
     renew: new LuaScript(RENEW),
     watch: build(WATCH),
+    inspect: build(INSPECT),
+    update: build(UPDATE),
   };
 }
