@@ -10,7 +10,8 @@
  *     uncontended: { iterations: 3000 },       // options of runUncontended, or false to skip (A)
  *     contended: { workers: [8, 64], holdMs: 2, durationMs: 5000 },   // runContended per worker count, or false
  *     held: { locks: 1000, ttlMs: 3000, durationMs: 10000 },          // runHeld, or false
- *     notes: ['…'],                            // extra lines printed under the tables
+ *     notes: ['…'],                            // extra lines printed under the tables (a function is called
+ *                                              //   with the results once onClose has run)
  *     targets: (results) => '…',               // optional: markdown judging the results against goals, printed
  *                                              //   right under the subjects table
  *     heldLabels: { commands: '…' },           // optional: other headers for (C)'s requests/commands columns
@@ -158,7 +159,7 @@ export async function runSuite(config) {
     config.targets ? config.targets(results) : '',
     ...sections,
     'Ratios in parentheses are to the baseline row of the same run.',
-    ...notes,
+    ...notes.map((note) => (typeof note === 'function' ? note(results) : note)),
   ]
     .filter(Boolean)
     .join('\n\n');

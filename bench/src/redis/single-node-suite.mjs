@@ -19,14 +19,28 @@ export async function runSingleNodeSuite({ family, subjects, peers = [], notes =
   const probe = await openServerProbe();
   const counters = { countRequests: probe.countRequests, countCommands: probe.countCommands };
 
-  // `INFO commandstats` is server-wide: say how much of it other clients contribute while the bench is idle.
-  const idle0 = await probe.countCommands();
-  await sleep(1000);
-  const idle1 = await probe.countCommands();
-  const background = idle1 >= idle0 ? idle1 - idle0 : Number.NaN;
-  if (background > 20) {
-    process.stderr.write(`[redis-${family}] other clients run ${fmt(background)} commands/s on the server\n`);
+  // `INFO commandstats` is server-wide: say how much of it other clients contribute while the bench is idle,
+  // before the run and again after it (a burst from elsewhere in between would otherwise go unremarked).
+  const idleRate = async () => {
+    const c0 = await probe.countCommands();
+    await sleep(1000);
+    const c1 = await probe.countCommands();
+    return c1 >= c0 ? c1 - c0 : Number.NaN;
+  };
+  const before = await idleRate();
+  let after = Number.NaN;
+  if (before > 20) {
+    process.stderr.write(`[redis-${family}] other clients run ${fmt(before)} commands/s on the server\n`);
   }
+  const backgroundNote = () => {
+    const busy = before > 20 || after > 20;
+    return (
+      `Other clients ran ${fmt(before)} commands/s on the server in a 1 s idle probe before the run and ` +
+      `${fmt(after)} in one after it` +
+      (busy ? ': the *server commands* columns include theirs, read *requests* instead.' : '.') +
+      (Number.isNaN(before) || Number.isNaN(after) ? ' (— : the counters were reset during the probe.)' : '')
+    );
+  };
 
   await runSuite({
     backend: `redis-${family}`,
@@ -42,13 +56,11 @@ export async function runSingleNodeSuite({ family, subjects, peers = [], notes =
         'is one). *server commands*: `INFO commandstats` deltas, which also count the commands scripts run ' +
         'inside Redis and every other client of the server. *client CPU*: `process.cpuUsage()` of the bench process.',
       ...notes,
-      Number.isNaN(background)
-        ? 'The server’s command counters were reset during the idle probe before the run: *server commands* may be missing.'
-        : `Other clients ran ${fmt(background)} commands/s on the server in a 1 s idle probe before the run` +
-          (background > 20
-            ? ': the *server commands* columns include theirs, read *requests* instead.'
-            : '.'),
+      backgroundNote,
     ],
-    onClose: () => probe.close(),
+    onClose: async () => {
+      after = await idleRate();
+      await probe.close();
+    },
   });
 }
