@@ -3,24 +3,54 @@ import { isDLockError, TransportError } from './errors.js';
 
 const SUPERSEDED = Symbol('superseded');
 
-interface Deadline {
+/** A deadline entry: linked into its `CallDeadlines` list while pending. */
+abstract class Entry {
+  /** Monotonic time the entry comes due. */
+  at: number;
+  prev: Entry | undefined = undefined;
+  next: Entry | undefined = undefined;
+  /** The list the entry is in, while it is in one. */
+  owner: CallDeadlines | undefined = undefined;
+
+  constructor(at: number) {
+    this.at = at;
+  }
+
+  /** Settles the entry: at its deadline with no reason (a timeout), or with `reason` when the owner stops. */
+  abstract expire(reason?: unknown): void;
+}
+
+class CallbackEntry extends Entry {
+  readonly #callback: (reason?: unknown) => void;
+
+  constructor(at: number, callback: (reason?: unknown) => void) {
+    super(at);
+    this.#callback = callback;
+  }
+
+  expire(reason?: unknown): void {
+    this.#callback(reason);
+  }
+}
+
+/** What {@link CallDeadlines.add} returns: pass it to `delete` once the call settled. */
+export interface Deadline {
   readonly at: number;
-  /** Settles the call: at its deadline with no reason (a timeout), or with `reason` when the owner stops. */
-  readonly expire: (reason?: unknown) => void;
 }
 
 /**
  * One timer for the deadlines of every service call a client has in flight. A timer per call would cost a
  * `setTimeout` and a `clearTimeout` per call, and Node's timer lists can hit a slow path when durations come and go
- * (measured here at ~110 µs per `setTimeout`). Deadlines are added and removed in O(1); the timer is re-armed only
- * when a deadline earlier than the armed one arrives or when it fires.
+ * (measured here at ~110 µs per `setTimeout`). Deadlines are added and removed in O(1) (a linked list: no hash
+ * table that grows and shrinks with every call); the timer is re-armed only when a deadline earlier than the armed
+ * one arrives or when it fires.
  *
  * The timer is unref'd: it bounds calls, it does not keep the process alive (a real service's socket does that
  * while a call is in flight).
  */
 export class CallDeadlines {
   readonly #clock: Clock;
-  readonly #entries = new Set<Deadline>();
+  #head: Entry | undefined;
   #armedAt = Number.POSITIVE_INFINITY;
   #timer: AbortController | undefined;
 
@@ -28,15 +58,36 @@ export class CallDeadlines {
     this.#clock = clock;
   }
 
+  /** Calls `expire` with no argument at `at`, or with the reason `stop` is given, unless deleted before. */
   add(at: number, expire: (reason?: unknown) => void): Deadline {
-    const entry: Deadline = { at, expire };
-    this.#entries.add(entry);
-    if (at < this.#armedAt) this.#arm(at);
+    const entry = new CallbackEntry(at, expire);
+    this.insert(entry);
     return entry;
   }
 
   delete(entry: Deadline): void {
-    this.#entries.delete(entry);
+    if (entry instanceof Entry) this.remove(entry);
+  }
+
+  /** @internal Links an entry (not already in a list). */
+  insert(entry: Entry): void {
+    entry.owner = this;
+    entry.prev = undefined;
+    entry.next = this.#head;
+    if (this.#head) this.#head.prev = entry;
+    this.#head = entry;
+    if (entry.at < this.#armedAt) this.#arm(entry.at);
+  }
+
+  /** @internal Unlinks an entry; nothing if it is not in this list (any more). */
+  remove(entry: Entry): void {
+    if (entry.owner !== this) return;
+    entry.owner = undefined;
+    if (entry.prev) entry.prev.next = entry.next;
+    else this.#head = entry.next;
+    if (entry.next) entry.next.prev = entry.prev;
+    entry.prev = undefined;
+    entry.next = undefined;
   }
 
   /**
@@ -44,12 +95,25 @@ export class CallDeadlines {
    * caller is left with a promise that never settles once nothing bounds it any more.
    */
   stop(reason?: unknown): void {
-    const pending = [...this.#entries];
-    this.#entries.clear();
+    const pending = this.#drain(() => true);
     for (const entry of pending) entry.expire(reason);
     this.#timer?.abort(SUPERSEDED);
     this.#timer = undefined;
     this.#armedAt = Number.POSITIVE_INFINITY;
+  }
+
+  /** Unlinks and returns the entries `due` picks, oldest first. */
+  #drain(due: (entry: Entry) => boolean): Entry[] {
+    const picked: Entry[] = [];
+    for (let entry = this.#head; entry !== undefined; ) {
+      const next = entry.next;
+      if (due(entry)) {
+        this.remove(entry);
+        picked.push(entry);
+      }
+      entry = next;
+    }
+    return picked.reverse();
   }
 
   #arm(at: number): void {
@@ -70,15 +134,12 @@ export class CallDeadlines {
 
   #fire(): void {
     const now = this.#clock.monotonic();
+    const due = this.#drain((entry) => entry.at <= now);
     let next = Number.POSITIVE_INFINITY;
-    for (const entry of [...this.#entries]) {
-      if (entry.at <= now) {
-        this.#entries.delete(entry);
-        entry.expire();
-      } else if (entry.at < next) {
-        next = entry.at;
-      }
+    for (let entry = this.#head; entry !== undefined; entry = entry.next) {
+      if (entry.at < next) next = entry.at;
     }
+    for (const entry of due) entry.expire();
     if (next < this.#armedAt) this.#arm(next);
   }
 }
@@ -88,8 +149,16 @@ export interface BoundedCallOptions<T> {
   readonly clock: Clock;
   /** The call fails with a `TransportError` when it has not settled after this many ms. */
   readonly timeoutMs: number;
-  /** Aborting it settles the call at once with the signal's reason. */
-  readonly signal?: AbortSignal | undefined;
+  /**
+   * Aborting it settles the call at once with the signal's reason. A function is called for the signal only once
+   * the call has been in flight for `signalAfterMs`: a call that answers sooner never makes the caller build one.
+   */
+  readonly signal?: AbortSignal | (() => AbortSignal) | undefined;
+  /**
+   * With a `signal` function: how long (ms) the call runs before the signal is read and listened to. An abort is then
+   * seen at most this much late. Default 0 (read at once).
+   */
+  readonly signalAfterMs?: number | undefined;
   /**
    * The call puts its cancel function here while in flight; calling it settles the call at once with the reason.
    * Cheaper than a listener on a shared signal when every call would add and remove one (the client's close).
@@ -97,80 +166,169 @@ export interface BoundedCallOptions<T> {
   readonly cancels?: Set<(reason: unknown) => void>;
   /** Receives the value if the call succeeds after it was abandoned, e.g. to release a grant nobody will use. */
   readonly onLate?: (value: T) => void;
+  /**
+   * Called once, at the moment the call is given up (timeout, cancel, abort, stop), before its promise rejects: for
+   * a call that must then send nothing more.
+   */
+  readonly onAbandon?: (() => void) | undefined;
   /** Describes the call in the timeout message. */
   readonly what: string;
+}
+
+/**
+ * One call in flight: its own deadline entry, so that a call costs one object, one promise and the reactions on the
+ * service's promise (this runs twice per acquire and release cycle, where every allocation shows).
+ */
+class BoundedCall<T> extends Entry {
+  readonly #options: BoundedCallOptions<T>;
+  #settled = false;
+  #resolve!: (value: T) => void;
+  #reject!: (reason: unknown) => void;
+  /** The signal that tells the call it was abandoned, made only if the call asks for it (see `boundedCall`). */
+  #inner: AbortController | undefined;
+  #abandoned = false;
+  #abandonReason: unknown;
+  #cancel: ((reason: unknown) => void) | undefined;
+  /** The caller's signal while listened to, and the listener. */
+  #listened: AbortSignal | undefined;
+  #onAbort: (() => void) | undefined;
+  /** A signal to read once the call is slow: the entry is due then first, and at the call's deadline after. */
+  #readSignal: (() => AbortSignal) | undefined;
+  #deadlineAt = 0;
+
+  constructor(options: BoundedCallOptions<T>) {
+    super(options.clock.monotonic() + options.timeoutMs);
+    this.#options = options;
+  }
+
+  start(
+    call: (abandoned: () => AbortSignal) => Promise<T>,
+    signal: AbortSignal | (() => AbortSignal) | undefined,
+  ): Promise<T> {
+    const options = this.#options;
+    const promise = new Promise<T>((resolve, reject) => {
+      this.#resolve = resolve;
+      this.#reject = reject;
+    });
+    const { cancels } = options;
+    if (cancels) {
+      const cancel = (reason: unknown): void => this.#cancelWith(reason);
+      this.#cancel = cancel;
+      cancels.add(cancel);
+    }
+    if (typeof signal === 'function') {
+      // Read only if the call is still running then; a call whose deadline comes first never reads it.
+      const afterMs = options.signalAfterMs ?? 0;
+      if (afterMs < options.timeoutMs) {
+        this.#readSignal = signal;
+        this.#deadlineAt = this.at;
+        this.at = this.at - options.timeoutMs + afterMs;
+      }
+    } else if (signal) {
+      this.#listen(signal);
+    }
+    options.deadlines.insert(this);
+    let pending: Promise<T>;
+    try {
+      pending = call(() => this.#signal());
+    } catch (error) {
+      pending = Promise.reject(error);
+    }
+    pending.then(
+      (value) => this.#succeeded(value),
+      (error: unknown) => this.#failed(error),
+    );
+    return promise;
+  }
+
+  expire(reason?: unknown): void {
+    const read = this.#readSignal;
+    if (reason === undefined && read !== undefined) {
+      // The call is slow: from now on the caller's signal ends it, and its own deadline is next.
+      this.#readSignal = undefined;
+      const signal = read();
+      if (signal.aborted) {
+        this.#cancelWith(signal.reason);
+        return;
+      }
+      this.#listen(signal);
+      this.at = this.#deadlineAt;
+      this.#options.deadlines.insert(this);
+      return;
+    }
+    const error =
+      reason ??
+      new TransportError(
+        `${this.#options.what} did not answer within ${Math.round(this.#options.timeoutMs)} ms`,
+      );
+    this.#cancelWith(error);
+  }
+
+  #listen(signal: AbortSignal): void {
+    const onAbort = (): void => this.#cancelWith(signal.reason);
+    this.#listened = signal;
+    this.#onAbort = onAbort;
+    signal.addEventListener('abort', onAbort, { once: true });
+  }
+
+  #signal(): AbortSignal {
+    if (!this.#inner) {
+      this.#inner = new AbortController();
+      if (this.#abandoned) this.#inner.abort(this.#abandonReason);
+    }
+    return this.#inner.signal;
+  }
+
+  #cancelWith(reason: unknown): void {
+    if (this.#settled) return;
+    this.#abandoned = true;
+    this.#abandonReason = reason;
+    this.#inner?.abort(reason);
+    this.#options.onAbandon?.();
+    this.#finish();
+    this.#reject(reason);
+  }
+
+  #succeeded(value: T): void {
+    if (this.#finish()) this.#resolve(value);
+    else this.#options.onLate?.(value);
+  }
+
+  #failed(error: unknown): void {
+    if (!this.#finish()) return;
+    this.#reject(
+      isDLockError(error)
+        ? error
+        : new TransportError(`${this.#options.what} failed: ${String(error)}`, { cause: error }),
+    );
+  }
+
+  /** Marks the call settled; false if it already was. */
+  #finish(): boolean {
+    if (this.#settled) return false;
+    this.#settled = true;
+    const options = this.#options;
+    if (this.#onAbort) this.#listened?.removeEventListener('abort', this.#onAbort);
+    if (this.#cancel) options.cancels?.delete(this.#cancel);
+    options.deadlines.remove(this);
+    return true;
+  }
 }
 
 /**
  * Runs one service call with a hard bound. Backend clients do not always bound their own calls (node-redis waits
  * forever for the reply to a command already written), so no public call may rely on them. Anything the service
  * throws that is not a dlock error becomes a `TransportError`.
+ *
+ * The signal that tells the call it was abandoned is made only if the call asks for it: an AbortController costs a
+ * few µs, a real share of a fast acquire, and most calls finish without ever reading it.
  */
 export function boundedCall<T>(
   call: (abandoned: () => AbortSignal) => Promise<T>,
   options: BoundedCallOptions<T>,
 ): Promise<T> {
-  const { signal, onLate, cancels } = options;
-  if (signal?.aborted) return Promise.reject(signal.reason);
-  // The signal that tells the call it was abandoned is made only if the call asks for it: an AbortController costs
-  // a few µs, a real share of a fast acquire, and most calls finish without ever reading it.
-  let inner: AbortController | undefined;
-  let abandonedBy: { readonly reason: unknown } | undefined;
-  const abandoned = (): AbortSignal => {
-    if (!inner) {
-      inner = new AbortController();
-      if (abandonedBy) inner.abort(abandonedBy.reason);
-    }
-    return inner.signal;
-  };
-  const abandon = (reason: unknown): void => {
-    abandonedBy ??= { reason };
-    inner?.abort(reason);
-  };
-  return new Promise<T>((resolve, reject) => {
-    let settled = false;
-    const finish = (fn: () => void): void => {
-      if (settled) return;
-      settled = true;
-      signal?.removeEventListener('abort', onAbort);
-      cancels?.delete(cancel);
-      options.deadlines.delete(deadline);
-      fn();
-    };
-    const cancel = (reason: unknown): void => {
-      abandon(reason);
-      finish(() => reject(reason));
-    };
-    const onAbort = (): void => cancel(signal?.reason);
-    signal?.addEventListener('abort', onAbort, { once: true });
-    cancels?.add(cancel);
-    const deadline = options.deadlines.add(options.clock.monotonic() + options.timeoutMs, (reason) => {
-      const error =
-        reason ??
-        new TransportError(`${options.what} did not answer within ${Math.round(options.timeoutMs)} ms`);
-      abandon(error);
-      finish(() => reject(error));
-    });
-    let pending: Promise<T>;
-    try {
-      pending = call(abandoned);
-    } catch (error) {
-      pending = Promise.reject(error);
-    }
-    pending.then(
-      (value) => {
-        if (settled) onLate?.(value);
-        else finish(() => resolve(value));
-      },
-      (error: unknown) => {
-        finish(() =>
-          reject(
-            isDLockError(error)
-              ? error
-              : new TransportError(`${options.what} failed: ${String(error)}`, { cause: error }),
-          ),
-        );
-      },
-    );
-  });
+  let { signal } = options;
+  if (typeof signal === 'function' && !((options.signalAfterMs ?? 0) > 0)) signal = signal();
+  if (typeof signal === 'object' && signal.aborted) return Promise.reject(signal.reason);
+  return new BoundedCall(options).start(call, signal);
 }

@@ -32,7 +32,7 @@ import {
 } from './options.js';
 import { PendingCallHold } from './pending-hold.js';
 import { RenewalScheduler } from './renewal-scheduler.js';
-import type { AcquireResult, Grant, Lease, LockService } from './service.js';
+import type { AcquireRequest, AcquireResult, Grant, Lease, LockService } from './service.js';
 import { admissionMarginMs, fullJitterBackoff, jitter, renewIntervalMs, validUntil } from './timing.js';
 import { linkSignals, WakeSignal } from './wake-signal.js';
 
@@ -69,6 +69,15 @@ export class LockClient {
   readonly #reentrant = new Map<string, Handle>();
   readonly #watches = new Set<() => void>();
   readonly #pending = new Set<Promise<unknown>>();
+  /**
+   * Acquires and releases in flight that `close()` waits for: counted rather than kept in `#pending`, which saves a
+   * settle listener (a promise and a closure) and a set entry per call. Calls that begin once `close()` has taken
+   * its count are not waited for, as calls added to `#pending` after its snapshot are not.
+   */
+  #inFlight = 0;
+  #countTaken = false;
+  #drained: (() => void) | undefined;
+  readonly #random: () => number;
   readonly #closing = new AbortController();
   /** Cancels of the acquire calls in flight: `close()` settles them at once (see `boundedCall`). */
   readonly #acquireCalls = new Set<(reason: unknown) => void>();
@@ -92,6 +101,8 @@ export class LockClient {
     this.#options = resolveClientOptions(options, { clock: systemClock, ownerId: defaultOwnerId });
     this.#clock = this.#options.clock;
     this.ownerId = this.#options.ownerId;
+    const clock = this.#clock;
+    this.#random = () => clock.random();
     this.#deadlines = new CallDeadlines(this.#clock);
     // Every call in flight listens for close: thousands of concurrent acquires are normal, not a leak.
     setMaxListeners(0, this.#closing.signal);
@@ -164,24 +175,35 @@ export class LockClient {
    * `ClientClosedError` after `close()`. Settles within `waitMs + operationTimeoutMs` even if the service hangs,
    * and keeps the process alive until it does.
    */
-  async acquire(name: string, options: AcquireOptions): Promise<LockHandle> {
-    this.#assertOpen();
-    const lockName = validateName(name);
-    const opts = resolveAcquireOptions(options);
-    if (opts.metadata !== undefined && typeof this.#service.inspect !== 'function') {
-      throw new UnsupportedError('options.metadata needs a service that can return it (LockService.inspect)');
-    }
-    return this.#track(this.#acquire(lockName, opts));
+  acquire(name: string, options: AcquireOptions): Promise<LockHandle> {
+    return this.#start(name, options, false) as Promise<LockHandle>;
   }
 
   /** Like {@link acquire}, but resolves null instead of rejecting when the lock stays busy. */
-  async tryAcquire(name: string, options: AcquireOptions): Promise<LockHandle | null> {
+  tryAcquire(name: string, options: AcquireOptions): Promise<LockHandle | null> {
+    return this.#start(name, options, true);
+  }
+
+  /**
+   * Both acquire calls, without an `async` wrapper: the caller gets #acquire's own promise (an async function
+   * returning a promise would cost two more turns of the microtask queue). Bad input still rejects, never throws.
+   */
+  #start(name: string, options: AcquireOptions, orNull: boolean): Promise<LockHandle | null> {
+    let lockName: string;
+    let opts: ResolvedAcquireOptions;
     try {
-      return await this.acquire(name, options);
+      this.#assertOpen();
+      lockName = validateName(name);
+      opts = resolveAcquireOptions(options);
+      if (opts.metadata !== undefined && typeof this.#service.inspect !== 'function') {
+        throw new UnsupportedError(
+          'options.metadata needs a service that can return it (LockService.inspect)',
+        );
+      }
     } catch (error) {
-      if (error instanceof AcquireTimeoutError) return null;
-      throw error;
+      return Promise.reject(error);
     }
+    return this.#acquire(lockName, opts, orNull);
   }
 
   /**
@@ -289,7 +311,14 @@ export class LockClient {
       handle.releasedByClose = true;
       return this.#releaseNow(handle).catch(() => {});
     });
-    await Promise.allSettled([...releases, ...this.#pending]);
+    this.#countTaken = true;
+    const drained =
+      this.#inFlight === 0
+        ? undefined
+        : new Promise<void>((resolve) => {
+            this.#drained = resolve;
+          });
+    await Promise.allSettled([...releases, ...this.#pending, drained]);
     // Only now, once the releases above are settled: the deadlines bound them. Calls still in flight (a manual
     // renew()) settle with ClientClosedError rather than never.
     this.#deadlines.stop(closed);
@@ -324,14 +353,34 @@ export class LockClient {
     return promise;
   }
 
-  async #acquire(name: string, opts: ResolvedAcquireOptions): Promise<LockHandle> {
+  /**
+   * Begins a call `close()` waits for, during which the process stays alive; pass what it returns to {@link #leave}
+   * when the call ends (in a `finally`, so that it is before the call's promise settles).
+   */
+  #enter(): boolean {
+    this.#hold.enter();
+    if (this.#countTaken) return false;
+    this.#inFlight += 1;
+    return true;
+  }
+
+  #leave(counted: boolean): void {
+    this.#hold.leave();
+    if (counted && --this.#inFlight === 0) this.#drained?.();
+  }
+
+  /** With `orNull` (tryAcquire), a budget that runs out resolves null: no error is built only to be dropped. */
+  async #acquire(name: string, opts: ResolvedAcquireOptions, orNull: boolean): Promise<LockHandle | null> {
+    const counted = this.#enter();
     const clock = this.#clock;
     const { retryBaseMs, retryCapMs, operationTimeoutMs } = this.#options;
     const startedAt = clock.monotonic();
     const deadline = startedAt + opts.waitMs;
-    const linked = linkSignals(opts.signal, this.#closing.signal);
-    const signal = linked.signal;
-    const wake = new WakeSignal();
+    // Without a caller's signal, the close signal as it is: no linked controller and no listeners to remove.
+    const linked = opts.signal === undefined ? undefined : linkSignals(opts.signal, this.#closing.signal);
+    const signal = linked === undefined ? this.#closing.signal : linked.signal;
+    /** Made when the call first has to wait: an acquire that answers at once never does. */
+    let wake: WakeSignal | undefined;
     let unwatch: (() => void) | undefined;
     let attempts = 0;
     let lastError: unknown;
@@ -355,23 +404,13 @@ export class LockClient {
           }
         }
         attempts += 1;
-        const remaining = Math.max(0, deadline - clock.monotonic());
         const sentAt = clock.monotonic();
+        const remaining = Math.max(0, deadline - sentAt);
         let result: AcquireResult | undefined;
         try {
           result = await boundedCall(
             (abandoned) =>
-              this.#service.acquire({
-                name,
-                ownerId: this.ownerId,
-                ttlMs: opts.ttlMs,
-                waitMs: remaining,
-                ...(opts.metadata === undefined ? {} : { metadata: opts.metadata }),
-                // Made on first read: a service that answers at once never pays for an AbortController.
-                get signal() {
-                  return abandoned();
-                },
-              }),
+              this.#service.acquire(acquireRequest(name, this.ownerId, opts, remaining, abandoned)),
             {
               deadlines: this.#deadlines,
               clock,
@@ -403,21 +442,29 @@ export class LockClient {
         const now = clock.monotonic();
         if (now >= deadline) {
           if (lastError !== undefined) throw lastError;
+          if (orNull) return null;
           throw new AcquireTimeoutError(name, now - startedAt, attempts, this.#refusal(name, spentInTransit));
         }
-        unwatch ??= this.#watchQuietly(name, () => wake.notify());
+        wake ??= new WakeSignal();
+        const woken = wake;
+        unwatch ??= this.#watchQuietly(name, () => woken.notify());
         const hint = result && !result.acquired ? result.holderExpiresInMs : undefined;
-        const backoff = fullJitterBackoff(attempts - 1, retryBaseMs, retryCapMs, () => clock.random());
+        const backoff = fullJitterBackoff(attempts - 1, retryBaseMs, retryCapMs, this.#random);
         // An expiry hint says exactly when to look again; a little jitter keeps waiters from arriving together.
         const delay =
           hint !== undefined && Number.isFinite(hint) && hint >= 0
             ? Math.min(retryCapMs, hint + clock.random() * retryBaseMs)
             : backoff;
-        await wake.wait(clock, Math.min(delay, deadline - now), signal);
+        await woken.wait(clock, Math.min(delay, deadline - now), signal);
       }
+    } catch (error) {
+      // tryAcquire's null for a budget that ran out, whichever way the AcquireTimeoutError came.
+      if (orNull && error instanceof AcquireTimeoutError) return null;
+      throw error;
     } finally {
       unwatch?.();
-      linked.dispose();
+      linked?.dispose();
+      this.#leave(counted);
     }
   }
 
@@ -473,7 +520,7 @@ export class LockClient {
       },
       ttlMs: grant.ttlMs,
       expiresAt,
-      renewDueAt: anchor + jitter(renewIntervalMs(grant.ttlMs), () => clock.random()),
+      renewDueAt: anchor + jitter(renewIntervalMs(grant.ttlMs), this.#random),
       reentrant: opts.reentrant,
       renews: opts.renew,
       onLost: opts.onLost,
@@ -485,6 +532,8 @@ export class LockClient {
   }
 
   #emitAcquired(handle: Handle, startedAt: number, attempts: number, reentered: boolean): void {
+    // Most clients have no listener: then the event is not even built.
+    if (!this.events.listens('acquired')) return;
     const at = this.#clock.monotonic();
     this.events.emit('acquired', {
       name: handle.name,
@@ -521,7 +570,7 @@ export class LockClient {
   #forget(handle: Handle): void {
     this.#held.delete(handle);
     this.#scheduler.remove(handle);
-    if (this.#reentrant.get(handle.name) === handle) this.#reentrant.delete(handle.name);
+    if (handle.reentrant && this.#reentrant.get(handle.name) === handle) this.#reentrant.delete(handle.name);
   }
 
   async #renewNow(handle: Handle): Promise<boolean> {
@@ -554,21 +603,27 @@ export class LockClient {
     // Forget first and synchronously: no renewal may be sent for a handle once its release has begun.
     this.#forget(handle);
     if (!handle.markReleased()) return;
-    const at = this.#clock.monotonic();
-    this.events.emit('released', {
-      name: handle.name,
-      fencingToken: handle.fencingToken,
-      at,
-      heldMs: at - handle.acquiredAt,
-    });
-    const deleted = await this.#track(
-      boundedCall(() => this.#service.release(handle.lease), {
+    if (this.events.listens('released')) {
+      const at = this.#clock.monotonic();
+      this.events.emit('released', {
+        name: handle.name,
+        fencingToken: handle.fencingToken,
+        at,
+        heldMs: at - handle.acquiredAt,
+      });
+    }
+    const counted = this.#enter();
+    let deleted: boolean;
+    try {
+      deleted = await boundedCall(() => this.#service.release(handle.lease), {
         deadlines: this.#deadlines,
         clock: this.#clock,
         timeoutMs: this.#options.operationTimeoutMs,
         what: `release "${handle.name}"`,
-      }),
-    );
+      });
+    } finally {
+      this.#leave(counted);
+    }
     // The service found nothing of this grant to delete although its window was open: the lock had already been
     // taken from it (deleted by hand, a failover, a server clock jump). The release happened; a clean end did not.
     if (deleted === false && !handle.releasedByClose) {
@@ -612,6 +667,39 @@ export class LockClient {
   #callbackError(name: string, source: string, error: unknown): void {
     this.events.emit('callback-error', { name, at: this.#clock.monotonic(), source, error });
   }
+}
+
+/** The request of one attempt; its signal is made on first read: a service that answers at once never pays for it. */
+function acquireRequest(
+  name: string,
+  ownerId: string,
+  opts: ResolvedAcquireOptions,
+  waitMs: number,
+  abandoned: () => AbortSignal,
+): AcquireRequest {
+  const { ttlMs, metadata } = opts;
+  // Two literals rather than a spread: `metadata` is absent, not undefined, when there is none.
+  if (metadata === undefined) {
+    return {
+      name,
+      ownerId,
+      ttlMs,
+      waitMs,
+      get signal() {
+        return abandoned();
+      },
+    };
+  }
+  return {
+    name,
+    ownerId,
+    ttlMs,
+    waitMs,
+    metadata,
+    get signal() {
+      return abandoned();
+    },
+  };
 }
 
 function isValidGrant(grant: unknown): grant is Grant {

@@ -52,6 +52,11 @@ export class LockEvents {
     this.#listeners.get(type)?.delete(listener as (event: never) => void);
   }
 
+  /** @internal Whether anyone listens for `type`: an emitter can skip building an event nobody receives. */
+  listens(type: LockEventType): boolean {
+    return (this.#listeners.get(type)?.size ?? 0) > 0;
+  }
+
   /** @internal */
   emit<K extends LockEventType>(type: K, event: LockEventMap[K]): void {
     const set = this.#listeners.get(type);

@@ -90,11 +90,13 @@ export class Handle implements LockHandle {
   readonly #host: HandleHost;
   /** Created on first use of `signal`: most handles are never asked for one, and an abort is not free. */
   #controller: AbortController | undefined;
-  /** Builds the signal's abort reason; errors capture a stack, so only when someone looks. */
-  #endReason: (() => Error) | undefined;
+  /** Set once the handle ended; the signal's abort reason is built from it only when someone looks (errors capture
+   * a stack). */
+  #ended = false;
   /** The error this handle was lost with, made once: `release()` and the signal report the same one. */
   #lostError: LockLostError | undefined;
-  readonly #lostCallbacks: LostCallback[] = [];
+  /** Made when a callback is added: most handles have none. */
+  #lostCallbacks: LostCallback[] | undefined;
   #state: HandleState = 'held';
 
   constructor(init: {
@@ -117,7 +119,7 @@ export class Handle implements LockHandle {
     this.reentrant = init.reentrant;
     this.renews = init.renews;
     this.acquiredAt = init.host.clock.monotonic();
-    if (init.onLost) this.#lostCallbacks.push(init.onLost);
+    if (init.onLost) this.#lostCallbacks = [init.onLost];
   }
 
   get state(): HandleState {
@@ -127,7 +129,7 @@ export class Handle implements LockHandle {
   get signal(): AbortSignal {
     if (!this.#controller) {
       this.#controller = new AbortController();
-      if (this.#endReason) this.#controller.abort(this.#endReason());
+      if (this.#ended) this.#controller.abort(this.#endReason());
     }
     return this.#controller.signal;
   }
@@ -174,7 +176,9 @@ export class Handle implements LockHandle {
   /** @internal A reentrant acquire returned this handle. */
   retain(onLost: LostCallback | undefined): void {
     this.holds += 1;
-    if (onLost) this.#lostCallbacks.push(onLost);
+    if (!onLost) return;
+    if (this.#lostCallbacks) this.#lostCallbacks.push(onLost);
+    else this.#lostCallbacks = [onLost];
   }
 
   /** @internal Moves to `released`. Returns false if already terminal. */
@@ -182,7 +186,7 @@ export class Handle implements LockHandle {
     if (this.#state !== 'held') return false;
     this.#state = 'released';
     this.holds = 0;
-    this.#end(() => new LockReleasedError(this.name, this.fencingToken));
+    this.#end();
     return true;
   }
 
@@ -191,14 +195,20 @@ export class Handle implements LockHandle {
     if (this.#state !== 'held') return null;
     this.#state = 'lost';
     this.holds = 0;
-    const error = new LockLostError(this.name, this.fencingToken, reason, { cause });
-    this.#lostError = error;
-    this.#end(() => error);
-    return this.#lostCallbacks.splice(0);
+    this.#lostError = new LockLostError(this.name, this.fencingToken, reason, { cause });
+    this.#end();
+    const callbacks = this.#lostCallbacks ?? [];
+    this.#lostCallbacks = undefined;
+    return callbacks;
   }
 
-  #end(reason: () => Error): void {
-    this.#endReason = reason;
-    this.#controller?.abort(reason());
+  #end(): void {
+    this.#ended = true;
+    this.#controller?.abort(this.#endReason());
+  }
+
+  /** Why the handle ended: its loss, or a release. */
+  #endReason(): Error {
+    return this.#lostError ?? new LockReleasedError(this.name, this.fencingToken);
   }
 }

@@ -48,6 +48,9 @@ export class RenewalScheduler {
   add(handle: Handle): void {
     if (this.#stopped) return;
     this.#handles.add(handle);
+    // A timer due no later than this handle's first wake covers it, and nothing changed for the others: no need to
+    // look at every handle (this runs on every acquire).
+    if (this.#timer && this.#timerDueAt <= this.#nextWake(handle)) return;
     this.#arm();
   }
 
