@@ -69,6 +69,32 @@ describe('a closed EtcdLockService', () => {
   });
 });
 
+describe('election calls on a closed EtcdLockService', () => {
+  it('inspect and updateMetadata reject with CLIENT_CLOSED; change watches end and new ones do nothing', async () => {
+    const service = new EtcdLockService({ client: etcd, keyPrefix: TEST_PREFIX });
+    const name = lockName('closed-election');
+    const result = await service.acquire({ ...request(name), metadata: 'v1' });
+    if (!result.acquired) throw new Error('not acquired');
+    const lease = { name, ownerId: 'close-test', ...result.grant };
+    let changes = 0;
+    service.watchChanges(name, () => changes++);
+    // Told once when etcd confirms the watch.
+    expect(await waitUntil(() => changes === 1, 3_000)).toBe(true);
+    await service.close();
+    expect(await rejection(service.inspect(name))).toBeInstanceOf(ClientClosedError);
+    expect(await rejection(service.updateMetadata(lease, 'v2'))).toBeInstanceOf(ClientClosedError);
+    let late = 0;
+    const unwatch = service.watchChanges(name, () => late++);
+    // A write into the lock's directory after close reaches no one.
+    await etcd.put(`${TEST_PREFIX}${name}/someone-else_0`).value('x');
+    await etcd.delete().key(`${TEST_PREFIX}${name}/someone-else_0`);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(changes).toBe(1);
+    expect(late).toBe(0);
+    unwatch();
+  });
+});
+
 describe('EtcdLockService[Symbol.asyncDispose]', () => {
   it('closes the service: its locks are given up, and it refuses further acquires', async () => {
     const service = new EtcdLockService({ client: etcd, prefix: TEST_PREFIX });
