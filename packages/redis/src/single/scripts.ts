@@ -10,6 +10,8 @@ import { LuaScript } from '../lua-script.js';
  *                                metadata = what the grant was given to store (an election's leader value), if any;
  *                     tombstone  who = "~": free, with nobody queued; fence = the last token; expires at the anchor;
  *                                never any metadata.
+ *                   (and, briefly, who = "!": held by nobody known, standing in for a lease that a restart may have
+ *                   lost, for an election's first grant on a server up for less than its TTL: see the acquire script)
  *                   ceiling = the value of the fence key; anchor = server time (ms) after which no tombstone is kept;
  *                   flags = "-", or some of q (someone may be queued behind the holder), w (someone may watch) and
  *                   o (someone may observe: elections), always in that order.
@@ -146,6 +148,7 @@ local function recover()
     C = F + TOKEN_BLOCK
     reserve()
   end
+  return last ~= nil
 end
 
 -- meta: the grant's metadata, or nil.
@@ -240,6 +243,20 @@ local function entry_for(wait)
   return head .. ' ' .. ARGV[4]
 end
 
+-- A grant with metadata (every election's) that finds no trace of its name, neither lock key nor fence key, on a
+-- server up for less than the grant's TTL: the server may have restarted empty under a holder whose lease is still
+-- open by that holder's clock. A stand-in holder "!" keeps the name until the server has been up for one TTL (whole
+-- seconds of uptime, rounded down: never shorter), and callers queue behind it as behind a holder that died.
+-- Returns its value, or nil when the server is older than that (or does not say).
+local function stand_in(ttl)
+  local info = redis.pcall('INFO', 'server')
+  local up = type(info) == 'string' and tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
+  if not up or ttl <= up * 1000 then return nil end
+  local held = '! ' .. num(F) .. ' ' .. Cs .. ' ' .. As .. ' wo'
+  redis.call('SET', KEYS[1], held, 'PX', ttl - up * 1000)
+  return held
+end
+
 local who, fence, ceiling, anchor, flags, rest
 if value then
   who, fence, ceiling, anchor, flags, rest = parse(value)
@@ -260,21 +277,25 @@ if value then
 else
   -- Missing: never used, or lost. Waiters may be queued (the holder's lease ran out while they waited): the oldest
   -- live one goes first. Whether anyone watches or observes is unknown now, so the grant assumes so.
-  recover()
-  if redis.call('LLEN', KEYS[3]) == 0 then
-    local mine = mint(nil)
-    grant(owner, mine, ARGV[2], false, true, true, meta)
-    return mine
+  if not recover() and meta then value = stand_in(tonumber(ARGV[2])) end
+  if value then
+    flags, rest = 'wo', ''
+  else
+    if redis.call('LLEN', KEYS[3]) == 0 then
+      local mine = mint(nil)
+      grant(owner, mine, ARGV[2], false, true, true, meta)
+      return mine
+    end
+    local head, handed = promote(owner, true, true)
+    if head == owner then return handed end
+    if not head then
+      local mine = mint(nil)
+      grant(owner, mine, ARGV[2], false, true, true, meta)
+      return mine
+    end
+    -- Handed to the head of the queue, marked q already.
+    flags = 'qw'
   end
-  local head, handed = promote(owner, true, true)
-  if head == owner then return handed end
-  if not head then
-    local mine = mint(nil)
-    grant(owner, mine, ARGV[2], false, true, true, meta)
-    return mine
-  end
-  -- Handed to the head of the queue, marked q already.
-  flags = 'qw'
 end
 local wait = tonumber(ARGV[3])
 if wait > 0 and redis.call('HSETNX', KEYS[4], owner, entry_for(wait)) == 1 then
@@ -370,7 +391,8 @@ local waiters = redis.call('LLEN', KEYS[3])
 local value = redis.call('GET', KEYS[1])
 if not value then return {waiters} end
 local who, fence, _, _, _, rest = parse(value)
-if not fence or who == '~' then return {waiters} end
+-- A tombstone, or the stand-in for a lease a restart may have lost (see the acquire script): no known holder.
+if not fence or who == '~' or who == '!' then return {waiters} end
 local pttl = redis.call('PTTL', KEYS[1])
 if rest == '' then return {waiters, fence, pttl} end
 return {waiters, fence, pttl, string.sub(rest, 2)}
