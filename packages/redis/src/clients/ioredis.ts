@@ -1,4 +1,5 @@
 import type { MessageListener, RedisConnection, RedisSubscription } from './connection.js';
+import { keySlot } from './key-slot.js';
 import { messageText, normalizeReply } from './replies.js';
 
 /** What the adapter calls on an ioredis 5 or 6 `Redis` or `Cluster`; checked by `detect.ts`. */
@@ -144,15 +145,38 @@ class IORedisSubscription implements RedisSubscription {
   }
 }
 
+/** The first key a script call declares, which ioredis routes it by; undefined for other commands. */
+function scriptKey(args: readonly string[]): string | undefined {
+  const command = args[0]?.toUpperCase();
+  if ((command === 'EVALSHA' || command === 'EVAL') && Number(args[2]) > 0) return args[3];
+  return undefined;
+}
+
+/** The key ("host:port") under which a Cluster lists the node one of its connections goes to. */
+function nodeKey(redis: unknown): string | undefined {
+  const options = (redis as { options?: { host?: unknown; port?: unknown } } | null | undefined)?.options;
+  const { host, port } = options ?? {};
+  return typeof host === 'string' && typeof port === 'number' ? `${host}:${port}` : undefined;
+}
+
 export class IORedisConnection implements RedisConnection {
   readonly cluster: boolean;
-  /** Rejects each call waiting for a reply on a single node's connection; listened for only while there are any. */
-  readonly #inFlight = new Set<(error: Error) => void>();
-  readonly #onClose = (): void => {
-    const waiting = [...this.#inFlight];
-    this.#inFlight.clear();
-    this.client.off('close', this.#onClose);
-    for (const reject of waiting) reject(new Error(CONNECTION_LOST));
+  /**
+   * Rejects of the calls waiting for a reply, by the node they went to ('' for a single node's one connection);
+   * the connection events are listened to only while there are any.
+   */
+  readonly #inFlight = new Map<string, Set<(error: Error) => void>>();
+  /** What tells that a connection closed: the client's 'close' on a single node, the Cluster's '-node'. */
+  readonly #event: 'close' | '-node';
+  readonly #listener: (...args: unknown[]) => void;
+  readonly #onClose = (): void => this.#fail('');
+  /**
+   * A Cluster ended its connection to one node. ioredis does not reconnect it: it reloads the slot map and sends the
+   * calls that were waiting on it again, so, as on a single node, they are answered at once as unknown.
+   */
+  readonly #onNodeGone = (redis: unknown): void => {
+    const node = nodeKey(redis);
+    if (node !== undefined) this.#fail(node);
   };
 
   constructor(
@@ -160,6 +184,8 @@ export class IORedisConnection implements RedisConnection {
     readonly description: string,
   ) {
     this.cluster = client.isCluster;
+    this.#event = this.cluster ? '-node' : 'close';
+    this.#listener = this.cluster ? this.#onNodeGone : this.#onClose;
   }
 
   /**
@@ -176,18 +202,33 @@ export class IORedisConnection implements RedisConnection {
   async send(args: readonly string[], _key: string | undefined): Promise<unknown> {
     const [command, ...rest] = args as [string, ...string[]];
     const call = this.client.call(command, ...rest);
-    // A Cluster's node connections drop and come back without a 'close' of the Cluster: not covered here.
-    return normalizeReply(await (this.cluster ? call : this.#untilClosed(call)));
+    // On a Cluster, a script call is watched on the master its first key's slot maps to (where ioredis sends it);
+    // other commands, and a slot not mapped yet, are not covered. Nor are nodes given a `clusterNodeRetryStrategy`:
+    // those reconnect instead of ending.
+    const node = this.cluster ? this.#nodeOf(args) : '';
+    return normalizeReply(await (node === undefined ? call : this.#untilClosed(call, node)));
   }
 
-  /** `call`, or a rejection as soon as the connection it was sent on closes (see `CONNECTION_LOST`). */
-  #untilClosed(call: Promise<unknown>): Promise<unknown> {
+  #nodeOf(args: readonly string[]): string | undefined {
+    const key = scriptKey(args);
+    return key === undefined ? undefined : this.masterOf(keySlot(key));
+  }
+
+  /** `call`, or a rejection as soon as the connection to `node` closes (see `CONNECTION_LOST`). */
+  #untilClosed(call: Promise<unknown>, node: string): Promise<unknown> {
     return new Promise((resolve, reject) => {
-      this.#inFlight.add(reject);
-      if (this.#inFlight.size === 1) this.client.on('close', this.#onClose);
+      let waiting = this.#inFlight.get(node);
+      if (waiting === undefined) {
+        if (this.#inFlight.size === 0) this.client.on(this.#event, this.#listener);
+        waiting = new Set();
+        this.#inFlight.set(node, waiting);
+      }
+      waiting.add(reject);
       const done = (): void => {
-        if (this.#inFlight.delete(reject) && this.#inFlight.size === 0)
-          this.client.off('close', this.#onClose);
+        const set = this.#inFlight.get(node);
+        if (!set?.delete(reject) || set.size > 0) return;
+        this.#inFlight.delete(node);
+        if (this.#inFlight.size === 0) this.client.off(this.#event, this.#listener);
       };
       call.then(
         (reply) => {
@@ -200,6 +241,15 @@ export class IORedisConnection implements RedisConnection {
         },
       );
     });
+  }
+
+  /** Answers every call waiting on `node` as unknown. */
+  #fail(node: string): void {
+    const waiting = this.#inFlight.get(node);
+    if (waiting === undefined) return;
+    this.#inFlight.delete(node);
+    if (this.#inFlight.size === 0) this.client.off(this.#event, this.#listener);
+    for (const reject of waiting) reject(new Error(CONNECTION_LOST));
   }
 
   masterOf(slot: number): string | undefined {
