@@ -3,7 +3,14 @@ import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { type Leadership, type Lease, LockClient, UnsupportedError } from '@dlock/core';
 import { FencingGate, StaleFencingTokenError } from '@dlock/fencing-pg';
-import { PG_URL, REDIS_URL, type RedisCluster, startRedisCluster, uniqueName } from '@dlock/test-utils';
+import {
+  PG_URL,
+  REDIS_URL,
+  type RedisCluster,
+  startRedisCluster,
+  startTcpProxy,
+  uniqueName,
+} from '@dlock/test-utils';
 import { type ContractSubject, electionContract } from '@dlock/testing/contract';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -108,11 +115,13 @@ describe('on a private server', () => {
   let admin: Redis;
   const cleanups: (() => Promise<void>)[] = [];
 
-  async function serviceOn(url: string): Promise<RedisLockService> {
+  async function serviceOn(url: string, subscriberUrl?: string): Promise<RedisLockService> {
     const client = await connect(url);
-    const service = new RedisLockService({ client });
+    const subscriber = subscriberUrl === undefined ? undefined : await connect(subscriberUrl);
+    const service = new RedisLockService({ client, ...(subscriber === undefined ? {} : { subscriber }) });
     cleanups.push(async () => {
       await service.close();
+      if (subscriber !== undefined) await disconnect(subscriber);
       await disconnect(client);
     });
     return service;
@@ -359,6 +368,39 @@ describe('on a private server', () => {
     await take(holder, name, { metadata: 'after' });
     expect(await eventually(() => notices === 5, 2_000)).toBe(true);
     expect(await observer.inspect(name)).toMatchObject({ held: true, metadata: 'after' });
+  });
+
+  it('an observer whose subscriber was cut off marks the name again and is woken once it is back', async () => {
+    const proxy = await startTcpProxy({ targetPort: side.port });
+    cleanups.push(() => proxy.close());
+    const holder = await serviceOn(side.url);
+    const observer = await serviceOn(side.url, `redis://127.0.0.1:${proxy.port}`);
+    const name = fresh('observer-reconnect');
+    await cycle(holder, name);
+    let notices = 0;
+    observer.watchChanges(name, () => {
+      notices += 1;
+    });
+    expect(await eventually(() => notices === 1, 2_000)).toBe(true);
+    expect(await eventually(async () => (await lockValue(name)).endsWith(' o'), 2_000)).toBe(true);
+    proxy.mode = 'refuse';
+    proxy.resetAll();
+    const channel = changeChannel('dlock:', name);
+    expect(
+      await eventually(
+        async () => Number(((await admin.sendCommand(['PUBSUB', 'NUMSUB', channel])) as unknown[])[1]) === 0,
+        2_000,
+      ),
+    ).toBe(true);
+    // A leader comes and goes while nobody hears: the notices are lost, and the first one unmarks the name.
+    await cycle(holder, name, 'unheard');
+    expect(await lockValue(name)).toMatch(/ -$/);
+    expect(notices).toBe(1);
+    proxy.mode = 'pass';
+    expect(await eventually(() => notices === 2, 5_000)).toBe(true);
+    expect(await lockValue(name)).toMatch(/ o$/);
+    await cycle(holder, name, 'heard');
+    expect(await eventually(() => notices === 4, 2_000)).toBe(true);
   });
 
   it('inspect: held only while a lease runs, with its remaining time; queued callers counted', async () => {

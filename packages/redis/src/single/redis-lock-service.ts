@@ -234,8 +234,11 @@ export class RedisLockService implements LockService, AsyncDisposable {
   watchChanges(name: string, onChange: () => void): () => void {
     if (this.#closing.signal.aborted) return () => {};
     const valid = validateName(name);
-    return this.#watch.watch(changeChannel(this.#prefix, valid), onChange, () =>
-      this.#protocol.markWatched(valid, 'o'),
+    return this.#watch.watch(
+      changeChannel(this.#prefix, valid),
+      onChange,
+      () => this.#protocol.markWatched(valid, 'o'),
+      true,
     );
   }
 

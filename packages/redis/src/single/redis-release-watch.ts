@@ -31,8 +31,9 @@ export interface ReleaseWatchOptions {
 /**
  * The one subscriber connection of a service, and the notices it brings. It carries the service's own channel
  * (hand-offs to queued waiters: one message to one process per release, delivered to that waiter's mailbox) and,
- * reference-counted, the release channels of names someone `watch`es. Pub/sub is best effort: every wait it serves
- * also has a timer of its own.
+ * reference-counted, the release channels of names someone `watch`es and the change channels of names someone
+ * observes (`watchChanges`, for elections): one subscription per channel however many callers share it. Pub/sub is
+ * best effort: every wait it serves also has a timer of its own.
  */
 export class RedisReleaseWatch {
   readonly #options: ReleaseWatchOptions;
@@ -43,6 +44,11 @@ export class RedisReleaseWatch {
       readonly listener: MessageListener;
       /** Marks the name watched in Redis (see `watch`). */
       readonly mark: (() => Promise<unknown>) | undefined;
+      /**
+       * Woken again whenever the subscription comes back: notices sent while it was away are lost, and a change
+       * watcher (unlike a release watcher, whose callback may be the caller's own) just reads the state again.
+       */
+      readonly rewake: boolean;
     }
   >();
   #subscriber: RedisSubscription | undefined;
@@ -165,7 +171,7 @@ export class RedisReleaseWatch {
    * that reached nobody unmarks it. So it runs once the first subscription is in place, and again after the
    * subscriber reconnected.
    */
-  watch(channel: string, callback: () => void, mark?: () => Promise<unknown>): () => void {
+  watch(channel: string, callback: () => void, mark?: () => Promise<unknown>, rewake = false): () => void {
     let entry = this.#watchers.get(channel);
     if (!entry) {
       const callbacks = new Set<() => void>();
@@ -178,7 +184,7 @@ export class RedisReleaseWatch {
           }
         }
       };
-      const fresh = { callbacks, listener, mark };
+      const fresh = { callbacks, listener, mark, rewake };
       entry = fresh;
       this.#quietly((sub) => {
         // Registered only now: a connection created just before has subscribed the names already watched.
@@ -259,9 +265,14 @@ export class RedisReleaseWatch {
     }
     this.#subscriber = sub;
     // A replacement connection takes over the names already watched and the wake channels joined.
-    for (const [channel, { listener, mark }] of this.#watchers) {
+    for (const [channel, entry] of this.#watchers) {
       this.#remarkOnReconnect(sub);
-      this.#quietly(() => sub.subscribe(channel, listener).then(() => this.#markQuietly(mark)));
+      this.#quietly(() =>
+        sub.subscribe(channel, entry.listener).then(() => {
+          if (entry.rewake) this.#rewake(channel, entry);
+          else this.#markQuietly(entry.mark);
+        }),
+      );
     }
     for (const [channel, entry] of this.#joined) {
       entry.subscribed = sub.subscribe(channel, this.#onGrant);
@@ -330,7 +341,20 @@ export class RedisReleaseWatch {
     if (this.#remarking.has(sub)) return;
     this.#remarking.add(sub);
     sub.onReconnect(() => {
-      for (const { mark } of this.#watchers.values()) this.#markQuietly(mark);
+      for (const [channel, entry] of this.#watchers) {
+        if (entry.rewake) this.#rewake(channel, entry);
+        else this.#markQuietly(entry.mark);
+      }
+    });
+  }
+
+  /** Marks the name again, then wakes its watchers once (if they still watch through this entry). */
+  #rewake(
+    channel: string,
+    entry: { readonly listener: MessageListener; readonly mark?: (() => Promise<unknown>) | undefined },
+  ): void {
+    void this.#marked(entry.mark).then(() => {
+      if (this.#watchers.get(channel)?.listener === entry.listener) entry.listener('');
     });
   }
 
