@@ -33,28 +33,45 @@ export class LuaScript {
     this.sha = createHash('sha1').update(source).digest('hex');
   }
 
-  /** EVALSHA, then EVAL on NOSCRIPT (which means the script did not run: sending it in full cannot apply it twice). */
-  async run(
+  /**
+   * EVALSHA, then EVAL on NOSCRIPT (which means the script did not run: sending it in full cannot apply it twice).
+   * Not `async`: the hot path is one EVALSHA and one settle reaction, with no spread copies of the keys.
+   */
+  run(
     send: SendCommand,
     keys: readonly string[],
     args: readonly string[],
     options?: RunOptions,
   ): Promise<unknown> {
-    // One array per call, reused for the rare EVAL fallback (the hot path is a single EVALSHA).
-    const command = ['EVALSHA', this.sha, String(keys.length), ...keys, ...args];
+    // One array per call, reused for the rare EVAL fallback.
+    const command = ['EVALSHA', this.sha, String(keys.length)];
+    for (const key of keys) command.push(key);
+    for (const arg of args) command.push(arg);
+    let sent: Promise<unknown>;
     try {
-      return await send(command);
+      sent = send(command);
     } catch (error) {
-      if (!isNoScript(error)) throw error;
-      options?.onNoScript?.();
-      if (options?.abandoned) throw error;
-      const retryArgs = options?.retryArgs;
-      if (retryArgs !== undefined)
-        return send(['EVAL', this.source, command[2] as string, ...keys, ...retryArgs]);
-      command[0] = 'EVAL';
-      command[1] = this.source;
-      return send(command);
+      sent = Promise.reject(error);
     }
+    return sent.catch((error: unknown) => this.#onFailure(error, send, command, keys, options));
+  }
+
+  #onFailure(
+    error: unknown,
+    send: SendCommand,
+    command: string[],
+    keys: readonly string[],
+    options: RunOptions | undefined,
+  ): Promise<unknown> {
+    if (!isNoScript(error)) throw error;
+    options?.onNoScript?.();
+    if (options?.abandoned) throw error;
+    const retryArgs = options?.retryArgs;
+    if (retryArgs !== undefined)
+      return send(['EVAL', this.source, command[2] as string, ...keys, ...retryArgs]);
+    command[0] = 'EVAL';
+    command[1] = this.source;
+    return send(command);
   }
 
   /**

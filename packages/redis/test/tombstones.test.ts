@@ -241,7 +241,9 @@ describe('watchers', () => {
       notices += 1;
     });
     await cycle(holder, name);
-    expect(await eventually(() => notices === 1, 2_000)).toBe(true);
+    // The release's notice, or the wake a watch gives once its subscription is in place, or both (when the release
+    // came after it): at least one.
+    expect(await eventually(() => notices >= 1, 2_000)).toBe(true);
     // The watcher's subscriber is cut off: the next release publishes to nobody and unmarks the name.
     proxy.mode = 'refuse';
     proxy.resetAll();
@@ -259,7 +261,8 @@ describe('watchers', () => {
     expect(await lockValue(name)).toMatch(/ -$/);
     proxy.mode = 'pass';
     expect(await eventually(async () => / w$/.test((await lockValue(name)) ?? ''), 5_000)).toBe(true);
+    const heard = notices;
     await cycle(holder, name);
-    expect(await eventually(() => notices === 2, 2_000)).toBe(true);
+    expect(await eventually(() => notices === heard + 1, 2_000)).toBe(true);
   });
 });

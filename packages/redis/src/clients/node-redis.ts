@@ -171,10 +171,15 @@ export class NodeRedisConnection implements RedisConnection {
     return this.client.isReady !== false;
   }
 
-  async send(args: readonly string[], _key: string | undefined, signal?: AbortSignal): Promise<unknown> {
-    return normalizeReply(
-      await this.client.sendCommand(args, signal === undefined ? undefined : { abortSignal: signal }),
-    );
+  /** Not `async`: one settle reaction on node-redis' promise, no async frame around it. */
+  send(args: readonly string[], _key: string | undefined, signal?: AbortSignal): Promise<unknown> {
+    try {
+      return this.client
+        .sendCommand(args, signal === undefined ? undefined : { abortSignal: signal })
+        .then(normalizeReply);
+    } catch (error) {
+      return Promise.reject(error);
+    }
   }
 
   masterOf(): undefined {

@@ -16,7 +16,7 @@ import {
 } from '@dlock/core';
 import { acquireInQueue, BackgroundRetries, linkSignals, type QueueTools } from '@dlock/core/adapter';
 import { RedisServiceClosedError } from '../errors.js';
-import { changeChannel, lockKeys, wakeChannel } from '../keys.js';
+import { changeChannel, type LockKeys, lockKeys, wakeChannel } from '../keys.js';
 import { type RedisLockServiceOptions, resolveRedisOptions } from '../options.js';
 import { Deadlines } from './deadlines.js';
 import { RedisAcquire, RedisProtocol } from './redis-protocol.js';
@@ -110,23 +110,42 @@ export class RedisLockService implements LockService, AsyncDisposable {
    * this waiter, when the holder's lease runs out, or after `waitMs` (not acquired). `waitMs: 0` never queues and
    * never overtakes a waiter that is queued.
    */
-  async acquire(request: AcquireRequest): Promise<AcquireResult> {
-    const calledAt = this.#clock.monotonic();
-    this.#assertOpen();
-    const name = validateName(request.name, 'request.name');
-    const { ttlMs } = request;
-    if (!Number.isInteger(ttlMs) || ttlMs < 1 || ttlMs > MAX_TIMER_MS) {
-      throw new InvalidArgumentError('request.ttlMs', `must be an integer from 1 to ${MAX_TIMER_MS}`);
+  acquire(request: AcquireRequest): Promise<AcquireResult> {
+    // Not `async`: a call that does not queue hands core the queue loop's own promise (an async function returning
+    // a promise costs two more turns of the microtask queue). Bad input still rejects, never throws.
+    try {
+      const calledAt = this.#clock.monotonic();
+      this.#assertOpen();
+      const name = validateName(request.name, 'request.name');
+      const { ttlMs } = request;
+      if (!Number.isInteger(ttlMs) || ttlMs < 1 || ttlMs > MAX_TIMER_MS) {
+        throw new InvalidArgumentError('request.ttlMs', `must be an integer from 1 to ${MAX_TIMER_MS}`);
+      }
+      const keys = lockKeys(this.#prefix, name);
+      const metadata =
+        request.metadata === undefined ? undefined : checkMetadata(request.metadata, 'request.metadata');
+      const waitMs = Math.min(Math.max(0, Math.floor(request.waitMs)), MAX_TIMER_MS);
+      if (waitMs >= 1) return this.#acquireQueued(request, name, keys, metadata, calledAt, waitMs);
+      return this.#attempt(request, name, keys, metadata, calledAt);
+    } catch (error) {
+      return Promise.reject(error);
     }
-    const keys = lockKeys(this.#prefix, name);
-    const { ownerId } = request;
-    const metadata =
-      request.metadata === undefined ? undefined : checkMetadata(request.metadata, 'request.metadata');
-    const waitMs = Math.min(Math.max(0, Math.floor(request.waitMs)), MAX_TIMER_MS);
+  }
+
+  /** Queues in Redis when a subscriber can wake this waiter; otherwise one attempt, and core's loop waits. */
+  async #acquireQueued(
+    request: AcquireRequest,
+    name: string,
+    keys: LockKeys,
+    metadata: string | undefined,
+    calledAt: number,
+    waitMs: number,
+  ): Promise<AcquireResult> {
+    const { ownerId, ttlMs } = request;
     const wake = this.#cluster ? wakeChannel(this.#prefix, name, this.#serviceId) : undefined;
     const listening = (timeoutMs: number): Promise<boolean> =>
       wake === undefined ? this.#watch.ready(timeoutMs) : this.#watch.join(wake, timeoutMs);
-    if (waitMs >= 1 && (await listening(Math.min(waitMs, this.#timeoutMs)))) {
+    if (await listening(Math.min(waitMs, this.#timeoutMs))) {
       try {
         this.#assertOpen();
         const left = Math.floor(calledAt + waitMs - this.#clock.monotonic());
@@ -162,14 +181,26 @@ export class RedisLockService implements LockService, AsyncDisposable {
         if (wake !== undefined) this.#watch.part(wake);
       }
     }
-    // Not queueing (no wait, or no subscriber to be woken through): one attempt, and core's loop waits. The signal
-    // is read only if the script is slow: core makes it on first read, and a fast acquire should not pay for it.
+    return this.#attempt(request, name, keys, metadata, calledAt);
+  }
+
+  /**
+   * One attempt that does not queue (no wait, or no subscriber to be woken through); core's loop waits. The signal
+   * is read only if the script is slow: core makes it on first read, and a fast acquire should not pay for it.
+   */
+  #attempt(
+    request: AcquireRequest,
+    name: string,
+    keys: LockKeys,
+    metadata: string | undefined,
+    calledAt: number,
+  ): Promise<AcquireResult> {
     return acquireInQueue(
       this.#protocol,
       new RedisAcquire(
         name,
-        ownerId,
-        ttlMs,
+        request.ownerId,
+        request.ttlMs,
         keys,
         calledAt,
         0,
@@ -194,9 +225,14 @@ export class RedisLockService implements LockService, AsyncDisposable {
     return this.#protocol.renew(requests);
   }
 
-  async release(lease: Lease): Promise<boolean> {
-    this.#assertOpen();
-    return this.#protocol.release(lease);
+  release(lease: Lease): Promise<boolean> {
+    // Not `async`, for the same reason as `acquire`.
+    try {
+      this.#assertOpen();
+      return this.#protocol.release(lease);
+    } catch (error) {
+      return Promise.reject(error);
+    }
   }
 
   /** Calls `onReleased` when `name` becomes free with nobody queued for it (a hand-off to a waiter is not "free"). */

@@ -144,6 +144,11 @@ function claimOf(lease: Lease): string {
   return `${lease.ownershipToken} ${lease.fencingToken}`;
 }
 
+/** The release script's "released" (a named function: no closure per release). */
+function isOne(reply: unknown): boolean {
+  return reply === 1;
+}
+
 /** The keys every lock script takes, in the order the scripts expect them. */
 function keyList(keys: LockKeys): string[] {
   return [keys.lock, keys.fence, keys.queue, keys.waiters];
@@ -297,16 +302,11 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
    * The release script: owner-checked, it hands the lock to the oldest live waiter in the same step, or leaves a
    * tombstone that keeps the name's counter for the next grant.
    */
-  async release(lease: Lease): Promise<boolean> {
+  release(lease: Lease): Promise<boolean> {
     const keys = keyList(lockKeys(this.#prefix, lease.name));
     const state: CallState = { abandoned: false };
-    const reply = await this.#deadlines.bound(
-      this.#scripts.release.run(this.#send, keys, [claimOf(lease)], state),
-      this.#timeoutMs,
-      'release',
-      { state },
-    );
-    return reply === 1;
+    const script = this.#scripts.release.run(this.#send, keys, [claimOf(lease)], state);
+    return this.#deadlines.bound(script, this.#timeoutMs, 'release', { state }).then(isOne);
   }
 
   /**
@@ -368,7 +368,9 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
     const reply = parseReply(raw, 'acquire');
     if (reply.granted) {
       const leaseFrom = leaseStart(reply.pttl, now, call.ttlMs, claim.lastMiss);
-      return (await this.#granted(claim, reply.fence, leaseFrom, answeredAt)) ?? LOOK_AGAIN;
+      const standing = this.#granted(claim, reply.fence, leaseFrom, answeredAt);
+      // A fresh grant is the answer as it is: no await, so no extra turn before core sees it.
+      return standing instanceof Promise ? ((await standing) ?? LOOK_AGAIN) : standing;
     }
     claim.lastMiss = now;
     // Refused without queueing: nothing of this claim is in Redis.
@@ -388,17 +390,23 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
    * caller gets a handle with a full window instead of one core would find (nearly) expired. Undefined if the lease
    * ran out before that.
    */
-  async #granted(
+  #granted(
     claim: Claim,
     fence: bigint,
     leaseFrom: number,
     now = this.#clock.monotonic(),
-  ): Promise<Standing<Wait> | undefined> {
+  ): Standing<Wait> | Promise<Standing<Wait> | undefined> {
     if (fence > claim.spent) claim.spent = fence;
-    const { call, owner } = claim;
+    const { call } = claim;
     if (leaseFrom + call.ttlMs - now >= call.ttlMs / 3) {
       return this.#first(claim, fence, leaseFrom);
     }
+    return this.#extended(claim, fence);
+  }
+
+  /** A grant with too little of its lease left, renewed before it is handed out; undefined if that failed. */
+  async #extended(claim: Claim, fence: bigint): Promise<Standing<Wait> | undefined> {
+    const { call, owner } = claim;
     const lease: Lease = {
       name: call.name,
       ownerId: call.ownerId,
