@@ -134,6 +134,9 @@ export class LockClient {
           }),
         ),
       assertOpen: () => this.#assertOpen(),
+      lose: (handle) => {
+        if (handle instanceof Handle && handle.state === 'held') this.#lose(handle, 'rejected', undefined);
+      },
     };
     this.#host = {
       clock: this.#clock,

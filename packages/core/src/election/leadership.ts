@@ -70,8 +70,8 @@ export class Leadership implements AsyncDisposable {
       this.#value = next;
       return;
     }
-    // The service no longer has our grant: a renewal asks it the same question and, refused, makes us lost.
-    await this.#handle.renew().catch(() => false);
+    // The service no longer has our grant (an owner-checked write refused): that is a loss, as a refused renewal is.
+    this.#host.lose(this.#handle);
     this.#assertLeading();
     throw new LockLostError(this.name, this.epoch, 'rejected');
   }
