@@ -144,7 +144,7 @@ export class CallDeadlines {
   }
 }
 
-export interface BoundedCallOptions<T> {
+export interface BoundedCallOptions<T, R = T> {
   readonly deadlines: CallDeadlines;
   readonly clock: Clock;
   /** The call fails with a `TransportError` when it has not settled after this many ms. */
@@ -167,6 +167,11 @@ export interface BoundedCallOptions<T> {
   /** Receives the value if the call succeeds after it was abandoned, e.g. to release a grant nobody will use. */
   readonly onLate?: (value: T) => void;
   /**
+   * Turns the call's value into the bound call's, in the reaction that settles it: no promise layer of its own. What
+   * it throws rejects the bound call (a dlock error as it is, anything else as a `TransportError`).
+   */
+  readonly map?: (value: T) => R | PromiseLike<R>;
+  /**
    * Called once, at the moment the call is given up (timeout, cancel, abort, stop), before its promise rejects: for
    * a call that must then send nothing more.
    */
@@ -179,10 +184,10 @@ export interface BoundedCallOptions<T> {
  * One call in flight: its own deadline entry, so that a call costs one object, one promise and the reactions on the
  * service's promise (this runs twice per acquire and release cycle, where every allocation shows).
  */
-class BoundedCall<T> extends Entry {
-  readonly #options: BoundedCallOptions<T>;
+class BoundedCall<T, R> extends Entry {
+  readonly #options: BoundedCallOptions<T, R>;
   #settled = false;
-  #resolve!: (value: T) => void;
+  #resolve!: (value: R | PromiseLike<R>) => void;
   #reject!: (reason: unknown) => void;
   /** The signal that tells the call it was abandoned, made only if the call asks for it (see `boundedCall`). */
   #inner: AbortController | undefined;
@@ -196,7 +201,7 @@ class BoundedCall<T> extends Entry {
   #readSignal: (() => AbortSignal) | undefined;
   #deadlineAt = 0;
 
-  constructor(options: BoundedCallOptions<T>) {
+  constructor(options: BoundedCallOptions<T, R>) {
     super(options.clock.monotonic() + options.timeoutMs);
     this.#options = options;
   }
@@ -204,9 +209,9 @@ class BoundedCall<T> extends Entry {
   start(
     call: (abandoned: () => AbortSignal) => Promise<T>,
     signal: AbortSignal | (() => AbortSignal) | undefined,
-  ): Promise<T> {
+  ): Promise<R> {
     const options = this.#options;
-    const promise = new Promise<T>((resolve, reject) => {
+    const promise = new Promise<R>((resolve, reject) => {
       this.#resolve = resolve;
       this.#reject = reject;
     });
@@ -290,17 +295,31 @@ class BoundedCall<T> extends Entry {
   }
 
   #succeeded(value: T): void {
-    if (this.#finish()) this.#resolve(value);
-    else this.#options.onLate?.(value);
+    if (!this.#finish()) {
+      this.#options.onLate?.(value);
+      return;
+    }
+    const { map } = this.#options;
+    if (map === undefined) {
+      this.#resolve(value as unknown as R);
+      return;
+    }
+    try {
+      this.#resolve(map(value));
+    } catch (error) {
+      this.#reject(this.#asDLockError(error));
+    }
   }
 
   #failed(error: unknown): void {
     if (!this.#finish()) return;
-    this.#reject(
-      isDLockError(error)
-        ? error
-        : new TransportError(`${this.#options.what} failed: ${String(error)}`, { cause: error }),
-    );
+    this.#reject(this.#asDLockError(error));
+  }
+
+  #asDLockError(error: unknown): unknown {
+    return isDLockError(error)
+      ? error
+      : new TransportError(`${this.#options.what} failed: ${String(error)}`, { cause: error });
   }
 
   /** Marks the call settled; false if it already was. */
@@ -326,7 +345,15 @@ class BoundedCall<T> extends Entry {
 export function boundedCall<T>(
   call: (abandoned: () => AbortSignal) => Promise<T>,
   options: BoundedCallOptions<T>,
-): Promise<T> {
+): Promise<T>;
+export function boundedCall<T, R>(
+  call: (abandoned: () => AbortSignal) => Promise<T>,
+  options: BoundedCallOptions<T, R> & { readonly map: (value: T) => R | PromiseLike<R> },
+): Promise<R>;
+export function boundedCall<T, R>(
+  call: (abandoned: () => AbortSignal) => Promise<T>,
+  options: BoundedCallOptions<T, R>,
+): Promise<R> {
   let { signal } = options;
   if (typeof signal === 'function' && !((options.signalAfterMs ?? 0) > 0)) signal = signal();
   if (typeof signal === 'object' && signal.aborted) return Promise.reject(signal.reason);

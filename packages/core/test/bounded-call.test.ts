@@ -215,6 +215,80 @@ describe('boundedCall', () => {
   });
 });
 
+describe('boundedCall with map', () => {
+  it('settles with map(value) in the same reaction; what map throws rejects; onLate gets the raw value', async () => {
+    const clock = new FakeClock();
+    const deadlines = new CallDeadlines(clock);
+    const mapped = await boundedCall(() => Promise.resolve('41'), {
+      deadlines,
+      clock,
+      timeoutMs: 100,
+      what: 'm',
+      map: (raw: string) => Number(raw) + 1,
+    });
+    expect(mapped).toBe(42);
+
+    const dlock = new TransportError('bad reply');
+    await expect(
+      boundedCall(() => Promise.resolve(1), {
+        deadlines,
+        clock,
+        timeoutMs: 100,
+        what: 'm',
+        map: (): number => {
+          throw dlock;
+        },
+      }),
+    ).rejects.toBe(dlock);
+    const other = outcome(
+      boundedCall(() => Promise.resolve(1), {
+        deadlines,
+        clock,
+        timeoutMs: 100,
+        what: 'parse',
+        map: (): number => {
+          throw new Error('boom');
+        },
+      }),
+    );
+    await clock.advance(0);
+    expect(other.error).toBeInstanceOf(TransportError);
+    expect(String(other.error)).toContain('parse failed: Error: boom');
+
+    const adopted = await boundedCall(() => Promise.resolve(2), {
+      deadlines,
+      clock,
+      timeoutMs: 100,
+      what: 'm',
+      map: (n: number) => Promise.resolve(n * 10),
+    });
+    expect(adopted).toBe(20);
+
+    const slow = deferred<string>();
+    const late: string[] = [];
+    let mapCalls = 0;
+    const timedOut = outcome(
+      boundedCall(() => slow.promise, {
+        deadlines,
+        clock,
+        timeoutMs: 100,
+        what: 'slow',
+        onLate: (raw) => late.push(raw),
+        map: (raw: string) => {
+          mapCalls += 1;
+          return raw.length;
+        },
+      }),
+    );
+    await clock.advance(100);
+    expect(timedOut.error).toBeInstanceOf(TransportError);
+    slow.resolve('late');
+    await clock.advance(0);
+    expect(late).toEqual(['late']);
+    expect(mapCalls).toBe(0);
+  });
+});
+
 describe('CallDeadlines', () => {
   it('expires entries at their times in order of addition, skips deleted ones, and re-arms for the next', async () => {
     const clock = new FakeClock();
