@@ -1,6 +1,10 @@
 import { createHash } from 'node:crypto';
+import { normalizeReply } from './clients/replies.js';
 
-/** Sends one raw command; each service passes its own sender (fail-fast while disconnected, bounded, abortable). */
+/**
+ * Sends one raw command; each service passes its own sender (fail-fast while disconnected, bounded, abortable). The
+ * reply may come as the client library gives it: the script runner normalizes it (see `normalizeReply`).
+ */
 export type SendCommand = (args: string[]) => Promise<unknown>;
 
 /** The server does not have the script cached (first use, restart, `SCRIPT FLUSH`): it did not run. */
@@ -35,7 +39,8 @@ export class LuaScript {
 
   /**
    * EVALSHA, then EVAL on NOSCRIPT (which means the script did not run: sending it in full cannot apply it twice).
-   * Not `async`: the hot path is one EVALSHA and one settle reaction, with no spread copies of the keys.
+   * Answers the reply normalized. Not `async`: the hot path is one EVALSHA and one settle reaction, which both
+   * normalizes the reply and catches NOSCRIPT, with no spread copies of the keys.
    */
   run(
     send: SendCommand,
@@ -44,16 +49,16 @@ export class LuaScript {
     options?: RunOptions,
   ): Promise<unknown> {
     // One array per call, reused for the rare EVAL fallback.
-    const command = ['EVALSHA', this.sha, String(keys.length)];
-    for (const key of keys) command.push(key);
-    for (const arg of args) command.push(arg);
+    const command = ['EVALSHA', this.sha, String(keys.length)].concat(keys, args);
     let sent: Promise<unknown>;
     try {
       sent = send(command);
     } catch (error) {
       sent = Promise.reject(error);
     }
-    return sent.catch((error: unknown) => this.#onFailure(error, send, command, keys, options));
+    return sent.then(normalizeReply, (error: unknown) =>
+      this.#onFailure(error, send, command, keys, options),
+    );
   }
 
   #onFailure(
@@ -68,10 +73,10 @@ export class LuaScript {
     if (options?.abandoned) throw error;
     const retryArgs = options?.retryArgs;
     if (retryArgs !== undefined)
-      return send(['EVAL', this.source, command[2] as string, ...keys, ...retryArgs]);
+      return send(['EVAL', this.source, command[2] as string, ...keys, ...retryArgs]).then(normalizeReply);
     command[0] = 'EVAL';
     command[1] = this.source;
-    return send(command);
+    return send(command).then(normalizeReply);
   }
 
   /**
@@ -79,6 +84,6 @@ export class LuaScript {
    * the source can be lost too, and the clean-up would never run (the cache is empty after every restart).
    */
   runWhole(send: SendCommand, keys: readonly string[], args: readonly string[]): Promise<unknown> {
-    return send(['EVAL', this.source, String(keys.length), ...keys, ...args]);
+    return send(['EVAL', this.source, String(keys.length), ...keys, ...args]).then(normalizeReply);
   }
 }

@@ -22,9 +22,10 @@ export interface RedisConnection {
    */
   isReady(): boolean;
   /**
-   * Sends one raw command and answers its reply with bulk strings as strings. In a cluster the command goes to the
-   * master serving `key`'s slot (every key a lock script declares shares one slot). `signal` removes a command that
-   * has not been written yet, where the library can.
+   * Sends one raw command and answers its reply, which may come as the library gives it (a Buffer, a bigint):
+   * `LuaScript`, through which every script call goes, normalizes it (see `replies.ts`). In a cluster the command
+   * goes to the master serving `key`'s slot (every key a lock script declares shares one slot). `signal` removes a
+   * command that has not been written yet, where the library can.
    */
   send(args: readonly string[], key: string | undefined, signal?: AbortSignal): Promise<unknown>;
   /** The master serving `slot` as the client last learned it ("host:port"); undefined on a single node or unknown. */

@@ -1,6 +1,6 @@
 import type { MessageListener, RedisConnection, RedisSubscription } from './connection.js';
 import { keySlot } from './key-slot.js';
-import { messageText, normalizeReply } from './replies.js';
+import { messageText } from './replies.js';
 
 /** What the adapter calls on an ioredis 5 or 6 `Redis` or `Cluster`; checked by `detect.ts`. */
 export interface IORedisClient {
@@ -199,14 +199,18 @@ export class IORedisConnection implements RedisConnection {
   }
 
   /** ioredis routes by the keys it reads from the command itself (EVALSHA's numkeys included). */
-  async send(args: readonly string[], _key: string | undefined): Promise<unknown> {
-    const [command, ...rest] = args as [string, ...string[]];
-    const call = this.client.call(command, ...rest);
-    // On a Cluster, a script call is watched on the master its first key's slot maps to (where ioredis sends it);
-    // other commands, and a slot not mapped yet, are not covered. Nor are nodes given a `clusterNodeRetryStrategy`:
-    // those reconnect instead of ending.
-    const node = this.cluster ? this.#nodeOf(args) : '';
-    return normalizeReply(await (node === undefined ? call : this.#untilClosed(call, node)));
+  send(args: readonly string[], _key: string | undefined): Promise<unknown> {
+    // Not `async`, and the arguments spread once; the reply as ioredis gives it (the script runner normalizes it).
+    try {
+      const call = this.client.call(...(args as [string, ...string[]]));
+      // On a Cluster, a script call is watched on the master its first key's slot maps to (where ioredis sends it);
+      // other commands, and a slot not mapped yet, are not covered. Nor are nodes given a
+      // `clusterNodeRetryStrategy`: those reconnect instead of ending.
+      const node = this.cluster ? this.#nodeOf(args) : '';
+      return node === undefined ? call : this.#untilClosed(call, node);
+    } catch (error) {
+      return Promise.reject(error);
+    }
   }
 
   #nodeOf(args: readonly string[]): string | undefined {

@@ -171,12 +171,10 @@ export class NodeRedisConnection implements RedisConnection {
     return this.client.isReady !== false;
   }
 
-  /** Not `async`: one settle reaction on node-redis' promise, no async frame around it. */
+  /** node-redis' own promise, raw: no layer of ours between the reply and the script runner (which normalizes). */
   send(args: readonly string[], _key: string | undefined, signal?: AbortSignal): Promise<unknown> {
     try {
-      return this.client
-        .sendCommand(args, signal === undefined ? undefined : { abortSignal: signal })
-        .then(normalizeReply);
+      return this.client.sendCommand(args, signal === undefined ? undefined : { abortSignal: signal });
     } catch (error) {
       return Promise.reject(error);
     }

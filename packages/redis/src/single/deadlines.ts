@@ -8,6 +8,10 @@ import { boundedCall, CallDeadlines } from '@dlock/core/adapter';
  */
 export const WATCH_SIGNAL_AFTER_MS = 20;
 
+function same<T>(value: T): T {
+  return value;
+}
+
 /** Set once the bound gave up on a call: the call must send nothing more (no script re-sent after NOSCRIPT). */
 export interface CallState {
   abandoned: boolean;
@@ -44,12 +48,27 @@ export class Deadlines {
    * `signalAfterMs`), so a call that answers at once costs no set, listener or extra promise.
    */
   bound<T>(promise: Promise<T>, timeoutMs: number, what: string, options?: BoundOptions): Promise<T> {
+    return this.boundAndMap(promise, timeoutMs, what, same, options);
+  }
+
+  /**
+   * {@link bound}, answering `map(value)`: the reply is read in the reaction that settles the bound (core's `map`),
+   * without a promise layer of its own. What `map` throws rejects the call.
+   */
+  boundAndMap<T, R>(
+    promise: Promise<T>,
+    timeoutMs: number,
+    what: string,
+    map: (value: T) => R | PromiseLike<R>,
+    options?: BoundOptions,
+  ): Promise<R> {
     const state = options?.state;
     return boundedCall(() => promise, {
       deadlines: this.#deadlines,
       clock: this.#clock,
       timeoutMs,
       what,
+      map,
       signal: options?.signal,
       signalAfterMs: WATCH_SIGNAL_AFTER_MS,
       // Only a call still running reads its state, and it is still running only if the bound gave up on it.
