@@ -482,16 +482,27 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
       });
       await Promise.all(moved.map((item) => renewGroup([item], true)));
     };
-    await Promise.all(groupByMaster(this.#client, items).map((group) => renewGroup(group, false)));
+    // Each master answers for its own locks: one that is slow or cut off must not fail the renewals the others
+    // made (its locks get no result, which core counts as a transport error for those locks alone).
+    const outcomes = await Promise.allSettled(
+      groupByMaster(this.#client, items).map((group) => renewGroup(group, false)),
+    );
+    const failed = outcomes.find((o): o is PromiseRejectedResult => o.status === 'rejected');
+    if (failed && outcomes.every((o) => o.status === 'rejected')) throw failed.reason;
     return results;
   }
 
   async #clusterRenew(items: readonly RenewItem[], signal?: () => AbortSignal): Promise<number[]> {
     const { keys, args } = clusterRenewArgs(items);
     const state: CallState = { abandoned: false };
+    // Core waits for the whole batch, bounded by its own operationTimeoutMs (usually requestTimeoutMs or more): a
+    // master that does not answer must fail its own group early enough that the others' answers still reach core,
+    // and inside the leases' windows. So: three quarters of the request bound, and a third of the shortest lease.
+    let shortest = Number.POSITIVE_INFINITY;
+    for (const { ttlMs } of items) if (ttlMs < shortest) shortest = ttlMs;
     const reply = await this.#deadlines.bound(
       CLUSTER_RENEW.run(this.#send, keys, args, state),
-      this.#timeoutMs,
+      Math.max(1, Math.floor(Math.min(this.#timeoutMs * 0.75, shortest / 3))),
       `renew (${items.length})`,
       signal === undefined ? { state } : { state, signal },
     );
