@@ -149,6 +149,11 @@ function isOne(reply: unknown): boolean {
   return reply === 1;
 }
 
+/** A hand-off whose lease ran out before it could be renewed: the claim looks again. */
+function orLookAgain(standing: Standing<Wait> | undefined): Standing<Wait> {
+  return standing ?? LOOK_AGAIN;
+}
+
 /** The keys every lock script takes, in the order the scripts expect them. */
 function keyList(keys: LockKeys): string[] {
   return [keys.lock, keys.fence, keys.queue, keys.waiters];
@@ -306,7 +311,7 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
     const keys = keyList(lockKeys(this.#prefix, lease.name));
     const state: CallState = { abandoned: false };
     const script = this.#scripts.release.run(this.#send, keys, [claimOf(lease)], state);
-    return this.#deadlines.bound(script, this.#timeoutMs, 'release', { state }).then(isOne);
+    return this.#deadlines.boundAndMap(script, this.#timeoutMs, 'release', isOne, { state });
   }
 
   /**
@@ -350,7 +355,7 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
     return reply === 1;
   }
 
-  async #acquire(claim: Claim): Promise<Standing<Wait>> {
+  #acquire(claim: Claim): Promise<Standing<Wait>> {
     const { call, owner } = claim;
     const now = this.#clock.monotonic();
     const waitMs = call.queue ? Math.max(1, Math.ceil((call.deadline ?? now) - now)) : 0;
@@ -362,15 +367,21 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
     }
     // From here until the reply, the script may have granted or queued: a failure leaves it to be undone.
     claim.placed = true;
-    const raw = await this.#run(this.#scripts.acquire, claim, args, 'acquire');
+    // The reply is read in the reaction that settles the script's bound: no promise layer of its own.
+    return this.#run(this.#scripts.acquire, claim, args, 'acquire', (raw) => this.#answered(claim, raw, now));
+  }
+
+  /** Where the acquire script's reply puts the claim, for the attempt sent at `now`. */
+  #answered(claim: Claim, raw: unknown, now: number): Standing<Wait> | Promise<Standing<Wait>> {
+    const { call } = claim;
     const answeredAt = this.#clock.monotonic();
     claim.roundTripMs = answeredAt - now;
     const reply = parseReply(raw, 'acquire');
     if (reply.granted) {
       const leaseFrom = leaseStart(reply.pttl, now, call.ttlMs, claim.lastMiss);
       const standing = this.#granted(claim, reply.fence, leaseFrom, answeredAt);
-      // A fresh grant is the answer as it is: no await, so no extra turn before core sees it.
-      return standing instanceof Promise ? ((await standing) ?? LOOK_AGAIN) : standing;
+      // A fresh grant is the answer as it is; only a hand-off renewed first waits for that renewal.
+      return standing instanceof Promise ? standing.then(orLookAgain) : standing;
     }
     claim.lastMiss = now;
     // Refused without queueing: nothing of this claim is in Redis.
@@ -521,13 +532,26 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
    * signal when it abandons the call) ends it at once, so that the undo starts then, not at this call's own,
    * possibly much later, deadline.
    */
-  #run(script: LuaScript, claim: Claim, args: string[], what: string): Promise<unknown> {
+  #run(script: LuaScript, claim: Claim, args: string[], what: string): Promise<unknown>;
+  #run<R>(
+    script: LuaScript,
+    claim: Claim,
+    args: string[],
+    what: string,
+    map: (reply: unknown) => R | PromiseLike<R>,
+  ): Promise<R>;
+  #run<R>(
+    script: LuaScript,
+    claim: Claim,
+    args: string[],
+    what: string,
+    map?: (reply: unknown) => R | PromiseLike<R>,
+  ): Promise<unknown> {
     const state: CallState = { abandoned: false };
-    return this.#deadlines.bound(
-      script.run(this.#send, keyList(claim.call.keys), args, state),
-      this.#timeoutMs,
-      what,
-      { state, signal: claim.call.signalOf },
-    );
+    const sent = script.run(this.#send, keyList(claim.call.keys), args, state);
+    const options = { state, signal: claim.call.signalOf };
+    return map === undefined
+      ? this.#deadlines.bound(sent, this.#timeoutMs, what, options)
+      : this.#deadlines.boundAndMap(sent, this.#timeoutMs, what, map, options);
   }
 }
