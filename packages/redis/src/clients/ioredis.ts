@@ -162,10 +162,12 @@ function nodeKey(redis: unknown): string | undefined {
 export class IORedisConnection implements RedisConnection {
   readonly cluster: boolean;
   /**
-   * Rejects of the calls waiting for a reply, by the node they went to ('' for a single node's one connection);
-   * the connection events are listened to only while there are any.
+   * Rejects of the calls waiting for a reply, by the node they went to ('' for a single node's one connection). A
+   * node's set stays once made (one per node ever sent to), so a call makes none; the connection events are
+   * listened to only while some call waits (`#waiting`).
    */
   readonly #inFlight = new Map<string, Set<(error: Error) => void>>();
+  #waiting = 0;
   /** What tells that a connection closed: the client's 'close' on a single node, the Cluster's '-node'. */
   readonly #event: 'close' | '-node';
   readonly #listener: (...args: unknown[]) => void;
@@ -223,16 +225,14 @@ export class IORedisConnection implements RedisConnection {
     return new Promise((resolve, reject) => {
       let waiting = this.#inFlight.get(node);
       if (waiting === undefined) {
-        if (this.#inFlight.size === 0) this.client.on(this.#event, this.#listener);
         waiting = new Set();
         this.#inFlight.set(node, waiting);
       }
-      waiting.add(reject);
+      const set = waiting;
+      set.add(reject);
+      if (this.#waiting++ === 0) this.client.on(this.#event, this.#listener);
       const done = (): void => {
-        const set = this.#inFlight.get(node);
-        if (!set?.delete(reject) || set.size > 0) return;
-        this.#inFlight.delete(node);
-        if (this.#inFlight.size === 0) this.client.off(this.#event, this.#listener);
+        if (set.delete(reject) && --this.#waiting === 0) this.client.off(this.#event, this.#listener);
       };
       call.then(
         (reply) => {
@@ -250,10 +250,12 @@ export class IORedisConnection implements RedisConnection {
   /** Answers every call waiting on `node` as unknown. */
   #fail(node: string): void {
     const waiting = this.#inFlight.get(node);
-    if (waiting === undefined) return;
-    this.#inFlight.delete(node);
-    if (this.#inFlight.size === 0) this.client.off(this.#event, this.#listener);
-    for (const reject of waiting) reject(new Error(CONNECTION_LOST));
+    if (waiting === undefined || waiting.size === 0) return;
+    const rejects = [...waiting];
+    waiting.clear();
+    this.#waiting -= rejects.length;
+    if (this.#waiting === 0) this.client.off(this.#event, this.#listener);
+    for (const reject of rejects) reject(new Error(CONNECTION_LOST));
   }
 
   masterOf(slot: number): string | undefined {
