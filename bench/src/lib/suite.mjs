@@ -158,7 +158,7 @@ export async function runSuite(config) {
     ...skipped.map((s) => `**Not run**: ${s}.`),
     config.targets ? config.targets(results) : '',
     ...sections,
-    'Ratios in parentheses are to the baseline row of the same run.',
+    subjects.some((s) => s.baseline) ? 'Ratios in parentheses are to the baseline row of the same run.' : '',
     ...notes.map((note) => (typeof note === 'function' ? note(results) : note)),
   ]
     .filter(Boolean)
