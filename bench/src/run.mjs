@@ -83,7 +83,9 @@ const flags = args.filter((a) => a.startsWith('--'));
 const named = args.filter((a) => !a.startsWith('--'));
 const known = Object.entries(SUITES).flatMap(([b, suites]) => [
   b,
-  ...Object.keys(suites).map((k) => `${b}:${k}`),
+  ...Object.keys(suites)
+    .filter((k) => k !== b)
+    .map((k) => `${b}:${k}`),
 ]);
 for (const name of named) {
   if (!known.includes(name)) {
