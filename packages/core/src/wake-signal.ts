@@ -95,9 +95,11 @@ export function linkSignals(
   b: AbortSignal,
 ): { readonly signal: AbortSignal; dispose(): void } {
   if (!a) return { signal: b, dispose: () => {} };
-  // One caller signal often guards many concurrent acquires (a shutdown signal): each adds a listener for its
-  // duration and removes it after, so Node's leak warning at 11 listeners would be a false alarm.
+  // One caller signal often guards many concurrent acquires (a shutdown signal), and `b` is usually a service's or
+  // client's close signal that every call in flight links to: each adds a listener for its duration and removes it
+  // after, so Node's leak warning at 11 listeners would be a false alarm (the bench saw it at 8+ queued waiters).
   setMaxListeners(0, a);
+  setMaxListeners(0, b);
   const controller = new AbortController();
   const fromA = (): void => controller.abort(a.reason);
   const fromB = (): void => controller.abort(b.reason);

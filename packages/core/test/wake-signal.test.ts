@@ -1,7 +1,7 @@
 import { FakeClock } from '@dlock/testing';
 import { describe, expect, it } from 'vitest';
 import { CallDeadlines } from '../src/bounded-call.js';
-import { unlessAborted, WakeSignal } from '../src/wake-signal.js';
+import { linkSignals, unlessAborted, WakeSignal } from '../src/wake-signal.js';
 import { outcome } from './harness.js';
 
 describe('WakeSignal on a shared deadline timer', () => {
@@ -65,5 +65,23 @@ describe('unlessAborted', () => {
     abort.abort(reason);
     await expect(never).rejects.toBe(reason);
     await expect(unlessAborted(Promise.resolve(1), abort.signal)).rejects.toBe(reason);
+  });
+});
+
+describe('linkSignals with many calls in flight', () => {
+  it('links 50 callers to one close signal without a MaxListenersExceededWarning', async () => {
+    const warnings: string[] = [];
+    const onWarning = (warning: Error): void => {
+      warnings.push(warning.name);
+    };
+    process.on('warning', onWarning);
+    const close = new AbortController();
+    const links = Array.from({ length: 50 }, () => linkSignals(new AbortController().signal, close.signal));
+    await new Promise((resolve) => setImmediate(resolve));
+    process.off('warning', onWarning);
+    expect(warnings).not.toContain('MaxListenersExceededWarning');
+    close.abort(new Error('closed'));
+    expect(links.every((link) => link.signal.aborted)).toBe(true);
+    for (const link of links) link.dispose();
   });
 });
