@@ -252,14 +252,13 @@ describe('a master killed and failed over to its replica (3 masters, 3 replicas)
       // For a name whose every write was lost, the token comes from the server clock (the fence key went too):
       // above the lost grant's.
       expect((second as LockHandle).fencingToken).toBeGreaterThan(lossyFresh.fencingToken);
-      // For a name whose older state survived, the counter is rolled back with the lost writes, and the next grant
-      // counts on from the surviving tombstone without the server clock: the lost grant's token is handed out
-      // again, and fencing cannot tell these two holders apart. Asserted as it is; once grants also take at least
-      // the server clock in µs (above every earlier token), this becomes `toBeGreaterThan`.
+      // For a name whose older state survived, the counter is rolled back with the lost writes: the last token + 1
+      // would be the lost grant's token again, which fencing could not tell apart. Every grant also takes at least
+      // the server clock in µs, which has moved on since the lost grant: above it.
       const third = await contender.tryAcquire(reused, { ttlMs: TTL_MS });
       expect(third).not.toBeNull();
       expect(lossyReused.isHeld()).toBe(true);
-      expect((third as LockHandle).fencingToken).toBe(lossyReused.fencingToken);
+      expect((third as LockHandle).fencingToken).toBeGreaterThan(lossyReused.fencingToken);
       // The first holders learn it at their next renewal: refused.
       expect(await lossyFresh.renew()).toBe(false);
       expect(await lossyReused.renew()).toBe(false);

@@ -40,11 +40,17 @@ async function take(
   return result.acquired ? { name, ownerId: 'test', ...result.grant } : null;
 }
 
-async function cycle(service: RedisLockService, name: string): Promise<bigint> {
-  const lease = await take(service, name);
+async function cycle(service: RedisLockService, name: string, ttlMs = 10_000): Promise<bigint> {
+  const lease = await take(service, name, ttlMs);
   if (lease === null) throw new Error(`${name} is busy`);
   expect(await service.release(lease)).toBe(true);
   return lease.fencingToken;
+}
+
+/** The server clock in µs. */
+async function serverMicros(): Promise<bigint> {
+  const [seconds, micros] = (await admin.sendCommand(['TIME'])) as [string, string];
+  return BigInt(seconds) * 1_000_000n + BigInt(micros);
 }
 
 /** Commands run since the last CONFIG RESETSTAT, but for the test's own CONFIG and INFO. */
@@ -73,26 +79,34 @@ afterAll(async () => {
 });
 
 describe('an uncontended acquire + release', () => {
-  it(`costs 6 server commands, and one more per ${TOKEN_BLOCK} grants (the next block of tokens)`, async () => {
+  it(`costs 7 server commands, and one more per ${TOKEN_BLOCK} µs of the server clock (the next block of tokens)`, async () => {
     const service = await serviceOn(side.url);
     const name = 'cost';
     await cycle(service, name); // the first grant finds no key: it reserves a block in the fence key
+    const start = await serverMicros();
     await admin.sendCommand(['CONFIG', 'RESETSTAT']);
     for (let i = 0; i < 200; i++) await cycle(service, name);
-    const within = await lockCommands();
-    // Acquire: EVALSHA, GET (the tombstone), SET. Release: EVALSHA, GET, SET (the tombstone).
-    expect(within.calls).toEqual({ evalsha: 400, get: 400, set: 400 });
-    expect(within.total / 200).toBeLessThanOrEqual(6);
+    const { calls, total } = await lockCommands();
+    const elapsed = Number((await serverMicros()) - start);
+    // Acquire: EVALSHA, GET (the tombstone), TIME, SET. Release: EVALSHA, GET, SET (the tombstone). TIME is the
+    // seventh (6 before): every token is at least the server clock in µs, so that a lock key rolled back to an
+    // older tombstone (a failover that lost the latest writes) does not hand out a lost grant's token again.
+    expect({ ...calls, set: 400 }).toEqual({ evalsha: 400, get: 400, time: 200, set: 400 });
+    // Tokens follow the clock, so a block lasts TOKEN_BLOCK µs: one write of the fence key each, at most.
+    const reservations = (calls['set'] as number) - 400;
+    expect(reservations).toBeLessThanOrEqual(Math.floor(elapsed / TOKEN_BLOCK) + 1);
+    console.info(
+      `200 cycles in ${elapsed} µs: ${reservations} blocks reserved, ${(total / 200).toFixed(2)} commands per cycle`,
+    );
 
-    // The first block ends within the next TOKEN_BLOCK grants: the grant past it writes the fence key once.
+    // A grant more than a block after the last reservation reserves the next one, in the same script.
+    await sleep(2);
     await admin.sendCommand(['CONFIG', 'RESETSTAT']);
-    for (let i = 0; i < TOKEN_BLOCK; i++) await cycle(service, name);
-    const across = await lockCommands();
-    expect(across.calls).toEqual({
-      evalsha: 2 * TOKEN_BLOCK,
-      get: 2 * TOKEN_BLOCK,
-      set: 2 * TOKEN_BLOCK + 1,
-    });
+    const next = await cycle(service, name);
+    expect((await lockCommands()).calls).toEqual({ evalsha: 2, get: 2, time: 1, set: 3 });
+    expect(BigInt((await admin.get(lockKeys('dlock:', name).fence)) as string)).toBe(
+      next + BigInt(TOKEN_BLOCK),
+    );
   });
 });
 
@@ -125,6 +139,42 @@ describe('fencing tokens', () => {
     for (let i = 1; i < tokens.length; i++) {
       expect(tokens[i], `token ${i}`).toBeGreaterThan(tokens[i - 1] as bigint);
     }
+  });
+
+  it('follow the server clock: a lock key rolled back to an older tombstone does not repeat a token', async () => {
+    const service = await serviceOn(side.url);
+    const name = 'rolled-back';
+    const { lock, fence } = lockKeys('dlock:', name);
+    const before = await serverMicros();
+    const first = await cycle(service, name);
+    expect(first).toBeGreaterThanOrEqual(before);
+    expect(first).toBeLessThanOrEqual(await serverMicros());
+    // What a replica promoted after its primary died may hold: the state before the primary's latest grant.
+    const older = await Promise.all(
+      [lock, fence].map(async (key) => [await admin.get(key), await admin.pTTL(key)]),
+    );
+    const lost = await cycle(service, name);
+    for (const [i, key] of [lock, fence].entries()) {
+      const [value, ttl] = older[i] as [string, number];
+      await admin.set(key, value, { PX: ttl });
+    }
+    expect(await lockValue(name)).toMatch(new RegExp(`^~ ${first} `));
+    expect(await cycle(service, name)).toBeGreaterThan(lost);
+  });
+
+  it('come from the clock after a lease that ran out unreleased', async () => {
+    // The lease's block was reserved at its grant at the latest and is one TOKEN_BLOCK µs long, less than any lease:
+    // the clock has passed its ceiling by the time the lease runs out.
+    const service = await serviceOn(side.url);
+    const name = 'clock-after-expiry';
+    await cycle(service, name);
+    const short = (await take(service, name, 100)) as Lease;
+    expect(await eventually(() => lockGone(name), 2_000)).toBe(true);
+    const before = await serverMicros();
+    const next = await cycle(service, name);
+    expect(next).toBeGreaterThan(short.fencingToken);
+    expect(next).toBeGreaterThanOrEqual(before);
+    expect(next).toBeLessThanOrEqual(await serverMicros());
   });
 
   it('increase after a lease ran out unreleased, with the counter ahead of the server clock', async () => {

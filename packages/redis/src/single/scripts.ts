@@ -33,15 +33,23 @@ import { LuaScript } from '../lua-script.js';
  * with the key) and marks the name if someone heard.
  *
  * Why the tombstone: a release that deleted the key would lose the counter with it, and the next acquire would have
- * to read it back from elsewhere. So the uncontended cycle is six commands: acquire = EVALSHA, GET (a tombstone),
- * SET; release = EVALSHA, GET, SET (the tombstone). The fence key is written only when a block of tokens runs out
- * (every TOKEN_BLOCK grants), when the lock key is missing, and when a grant made with the clock at hand finds the
- * anchor passed. q and w keep the release from looking for waiters and watchers that are not there: waiters queue
- * only behind a holder, and mark it; a name's first watcher marks it, and a release whose notice reached nobody
- * unmarks it. A lock key that went missing lost its marks, so the grant after it assumes a watcher.
+ * to read it back from elsewhere. So the uncontended cycle is seven commands: acquire = EVALSHA, GET (a tombstone),
+ * TIME, SET; release = EVALSHA, GET, SET (the tombstone). The fence key is written when a grant's token passes the
+ * ceiling (a block lasts TOKEN_BLOCK µs of the clock, which tokens follow: so once per grant for grants further apart
+ * than that), when the lock key is missing, and when a grant finds the anchor passed. q and w keep the release from
+ * looking for waiters and watchers that are not there: waiters queue only behind a holder, and mark it; a name's
+ * first watcher marks it, and a release whose notice reached nobody unmarks it. A lock key that went missing lost
+ * its marks, so the grant after it assumes a watcher.
  *
- * Fencing tokens (strictly increasing per name, minted here from the server's state and clock only):
- * - While the lock key exists, each grant takes the last token + 1, whatever any clock does.
+ * Fencing tokens (strictly increasing per name, minted here from the server's state and clock only). Every grant
+ * takes max(last token + 1, server clock in µs):
+ * - While the lock key exists, that is above the last token, whatever any clock does.
+ * - The clock is there for a Redis that lost its latest writes but kept older ones (a failover to a replica that had
+ *   not received them, a restart from a file that lacks them): the lock key may be back at an older tombstone, whose
+ *   token + 1 may be one a lost grant already handed out, to a holder that may still be at work (two holders with
+ *   one token, which no fencing gate can tell apart). The clock has moved on since that grant, so the new token is
+ *   above it, as long as the clock of the server that now answers is not behind that grant's by more than the time
+ *   since.
  * - Tokens are handed out from blocks reserved in the fence key beforehand, so when the lock key is gone (a lease ran
  *   out unreleased, a tombstone reached its anchor) the next token is max(ceiling + 1, server clock in µs): above
  *   every earlier token while the fence key exists, again whatever the clock does.
@@ -52,23 +60,27 @@ import { LuaScript } from '../lua-script.js';
  *   a lease renewed or granted for longer than that which then ran out unreleased) — does the next token come from
  *   the server clock alone. It is above every earlier token as long as the server clock has not stepped back by
  *   more than the time since that name's last grant.
- * Tokens are not dense: a lease that runs out unreleased skips the rest of its block. That keeps them at the clock's
- * pace (a block is TOKEN_BLOCK µs of the clock, and a lease lasts at least 1 ms), so every token is still at most
- * the clock reading of its grant, as the clock-only case needs, unless the clock stepped back. Tokens stay below
- * 2^53 (exact in Lua's doubles and in JavaScript numbers) until the year 2255.
+ * Tokens are not dense: they follow the clock. A block's ceiling is at most TOKEN_BLOCK µs past the clock reading of
+ * the grant that reserved it, and a lease lasts at least 1 ms, so the token after a lease that ran out is the clock's
+ * too: every token is at most the clock reading of its grant, as the two clock cases above need, unless the clock
+ * stepped back. (A bigger block, say a lease long, would spare writes, but a lock key removed before its lease ran
+ * out would then leave tokens that far ahead of the clock.) Tokens stay below 2^53 (exact in Lua's doubles and in
+ * JavaScript numbers) until the year 2255.
  */
 const PRELUDE = `
--- The server clock, read once per script: {seconds, microseconds}.
-local T
+-- The server clock, read once per script: {seconds, microseconds}. (T is declared before the fast paths, which may
+-- have read it already.)
 local function clock()
   if not T then T = redis.call('TIME') end
   return T
 end
 
-local function now_ms()
+local function now_us()
   local t = clock()
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
+
+local function now_ms() return math.floor(now_us() / 1000) end
 
 -- Integers below 2^53 in full (tostring would switch to an exponent).
 local function num(n) return string.format('%.0f', n) end
@@ -117,16 +129,19 @@ local function reserve()
   redis.call('SET', KEYS[2], Cs, 'PXAT', num(A + RETENTION_MS))
 end
 
--- The next token. A new block is reserved in the fence key before the old one is exceeded; with the clock at hand
--- (now), a passed anchor moves too. Without it the caller knows the anchor has not passed (its tombstone exists).
-local function mint(now)
-  F = F + 1
+-- The next token: the last + 1, or the server clock in µs if that is higher (so that a counter rolled back with lost
+-- writes does not hand out a token again). A new block is reserved in the fence key before the old one is exceeded,
+-- and a passed anchor moves.
+local function mint()
+  local us = now_us()
+  F = math.max(F + 1, us)
   local write = false
   if F > C then
     C = F + TOKEN_BLOCK
     write = true
   end
-  if now and now >= A then
+  local now = math.floor(us / 1000)
+  if now >= A then
     A = now + RETENTION_MS
     write = true
   end
@@ -138,9 +153,8 @@ end
 -- The new block is written first and the old ceiling read in the same command; the rare case of a ceiling above
 -- the clock (the clock stepped back, or the last block was reserved less than TOKEN_BLOCK µs ago) writes again.
 local function recover()
-  local t = clock()
-  local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  F, C, A = us - 1, us + TOKEN_BLOCK, now_ms() + RETENTION_MS
+  local us = now_us()
+  F, C, A = us - 1, us + TOKEN_BLOCK, math.floor(us / 1000) + RETENTION_MS
   Cs, As = num(C), num(A)
   local last = tonumber(redis.call('SET', KEYS[2], Cs, 'PXAT', num(A + RETENTION_MS), 'GET'))
   if last and last > F then
@@ -179,9 +193,8 @@ local function promote(skip, w, o)
     redis.call('HDEL', KEYS[4], head)
     if entry then
       local deadline, ttl, channel, meta = entry_of(entry)
-      local now = now_ms()
-      if deadline and tonumber(deadline) > now then
-        local fence = mint(now)
+      if deadline and tonumber(deadline) > now_ms() then
+        local fence = mint()
         if head == skip or publish(channel, head .. ' ' .. fence) > 0 then
           grant(head, fence, ttl, true, w, o, meta)
           return head, fence
@@ -213,22 +226,34 @@ end
 const ACQUIRE_FAST = `
 local value = redis.call('GET', KEYS[1])
 if value and string.byte(value, 1) == 126 and string.byte(value, -1) ~= 111 then
-  -- A tombstone "~ <fence> <ceiling> <anchor> <flags>" with tokens left in its block, on a name nobody observes (no
-  -- o, which is last when set): the grant takes the next token and keeps the rest of the value as it is.
+  -- A tombstone "~ <fence> <ceiling> <anchor> <flags>" on a name nobody observes (no o, which is last when set): the
+  -- grant takes the token mint would, max(fence + 1, clock in µs), and keeps the anchor and flags as they are. A
+  -- token past the ceiling reserves the next block first, as mint does; a passed anchor is left to the prelude.
   local find, sub = string.find, string.sub
   local p = find(value, ' ', 3, true)
   local q = p and find(value, ' ', p + 1, true)
-  local last = q and sub(value, 3, p - 1)
-  local next = last and tonumber(last)
-  local ceiling = next and tonumber(sub(value, p + 1, q - 1))
-  if ceiling and next + 1 <= ceiling then
-    next = next + 1
-    -- The next decimal without string.format, unless the last digit carries.
-    local digit = string.byte(last, -1)
-    local mine = digit < 57 and sub(last, 1, -2) .. string.char(digit + 1) or string.format('%.0f', next)
-    local meta = ARGV[5]
-    redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. mine .. sub(value, p) .. (meta and ' ' .. meta or ''), 'PX', ARGV[2])
-    return mine
+  local r = q and find(value, ' ', q + 1, true)
+  local last = r and tonumber(sub(value, 3, p - 1))
+  local ceiling = last and tonumber(sub(value, p + 1, q - 1))
+  local anchor = ceiling and tonumber(sub(value, q + 1, r - 1))
+  if anchor then
+    T = redis.call('TIME')
+    local us = T[1] * 1000000 + T[2]
+    if us < anchor * 1000 then
+      local next = math.max(last + 1, us)
+      local mine = string.format('%.0f', next)
+      local rest = sub(value, q)
+      if next > ceiling then
+        local block = string.format('%.0f', next + TOKEN_BLOCK)
+        redis.call('SET', KEYS[2], block, 'PXAT', string.format('%.0f', anchor + RETENTION_MS))
+        rest = ' ' .. block .. rest
+      else
+        rest = sub(value, p)
+      end
+      local meta = ARGV[5]
+      redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. mine .. rest .. (meta and ' ' .. meta or ''), 'PX', ARGV[2])
+      return mine
+    end
   end
 end
 `;
@@ -262,10 +287,11 @@ if value then
   who, fence, ceiling, anchor, flags, rest = parse(value)
   if who == '~' then
     -- A tombstone: free, and nobody is queued (the queue was empty when it was written, and waiters queue only
-    -- behind a holder). Its anchor has not passed, or it would be gone. (Its block is used up, or the name is
-    -- observed, or the fast path above would have granted.)
+    -- behind a holder). Its anchor has not passed, or it would be gone (but the clock may have passed it since the
+    -- key was read). (The name is observed, or the clock passed the anchor, or the fast path above would have
+    -- granted.)
     load(fence, ceiling, anchor)
-    local mine = mint(nil)
+    local mine = mint()
     grant(owner, mine, ARGV[2], false, has(flags, 'w'), has(flags, 'o'), meta)
     return mine
   end
@@ -282,14 +308,14 @@ else
     flags, rest = 'wo', ''
   else
     if redis.call('LLEN', KEYS[3]) == 0 then
-      local mine = mint(nil)
+      local mine = mint()
       grant(owner, mine, ARGV[2], false, true, true, meta)
       return mine
     end
     local head, handed = promote(owner, true, true)
     if head == owner then return handed end
     if not head then
-      local mine = mint(nil)
+      local mine = mint()
       grant(owner, mine, ARGV[2], false, true, true, meta)
       return mine
     end
@@ -450,8 +476,9 @@ export interface LockScripts {
 const QUEUE_MARGIN_MS = 60_000;
 
 /**
- * Tokens reserved in the fence key at a time: one write per this many grants. A lease that runs out unreleased skips
- * at most this many, no more than the µs it lasted (1 ms at least), so the counter never outruns the clock.
+ * Tokens reserved in the fence key at a time, in µs of the server clock that tokens follow. A lease that runs out
+ * unreleased leaves a ceiling at most this far ahead of its grant, which the clock has passed by then (a lease lasts
+ * 1 ms at least), so the token after it is the clock's, not ahead of it.
  */
 export const TOKEN_BLOCK = 1_000;
 
@@ -461,10 +488,11 @@ export const TOKEN_BLOCK = 1_000;
  * publishes on shares the lock's hash tag.
  */
 export function lockScripts(fenceRetentionMs: number, sharded = false): LockScripts {
-  // A fast path goes before the prelude: returning early, it never builds the prelude's closures.
+  // A fast path goes before the prelude: returning early, it never builds the prelude's closures. T (the server
+  // clock) comes first, so that a fast path that read it leaves it to the prelude.
   const build = (body: string, fast = ''): LuaScript =>
     new LuaScript(
-      (fast + PRELUDE + body)
+      `local T\n${fast}${PRELUDE}${body}`
         .replaceAll('RETENTION_MS', String(Math.trunc(fenceRetentionMs)))
         .replaceAll('QUEUE_MARGIN_MS', String(QUEUE_MARGIN_MS))
         .replaceAll('TOKEN_BLOCK', String(TOKEN_BLOCK))
