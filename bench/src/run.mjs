@@ -6,7 +6,8 @@
  *
  * With no backend named: every backend whose suites exist and whose server accepts a connection (addresses from
  * lib/env.mjs). A named backend that cannot run is an error. Flags go to every suite. A backend may have several
- * suites (Redis: one per client, and the cluster), each its own child process; `redis:ioredis` runs one of them.
+ * suites (Redis: one per client, and the cluster; every backend: its elections), each its own child process;
+ * `redis:ioredis` or `etcd:elections` runs one of them.
  * Each suite has a hard time cap; this runner kills a child that outlives it by its pid.
  */
 import { spawn } from 'node:child_process';
@@ -47,9 +48,10 @@ const SUITES = {
     'node-redis': 'redis/suites/node-redis.mjs',
     ioredis: 'redis/suites/ioredis.mjs',
     cluster: 'redis/suites/cluster.mjs',
+    elections: 'elections/redis.mjs',
   },
-  etcd: { etcd: 'etcd/index.mjs' },
-  zookeeper: { zookeeper: 'zookeeper/index.mjs' },
+  etcd: { etcd: 'etcd/index.mjs', elections: 'elections/etcd.mjs' },
+  zookeeper: { zookeeper: 'zookeeper/index.mjs', elections: 'elections/zookeeper.mjs' },
 };
 
 const suiteFile = (file) => fileURLToPath(new URL(`./${file}`, import.meta.url));
