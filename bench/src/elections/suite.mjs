@@ -155,8 +155,8 @@ export async function runElectionSuite(backend) {
     caveats.join(' '),
     `Machine: ${describeMachine(machine, [`${server.name} ${server.version} at ${server.address}`])}.`,
     subjectsTable(subjects),
-    `All subjects: TTL ${fmt(TTL_MS)} ms; ${wiring()}; each instance (leader, standby, observer) on connections ` +
-      `of its own.${grantedNote}`,
+    `TTL ${fmt(TTL_MS)} ms for every subject. The @dlock rows run on ${wiring()}. Each instance (leader, standby, ` +
+      `observer) has connections of its own.${grantedNote}`,
     `#### Crash: the leader's process SIGKILLed, ${sizes.crash[backend]} rounds`,
     latencyTable(subjects, crash.results, [
       ['takeover', 'kill → next leader acts'],
