@@ -1,7 +1,6 @@
 import { InvalidArgumentError, TransportError } from '@dlock/core';
 import { FakeClock } from '@dlock/testing';
 import fc from 'fast-check';
-import { createClient } from 'redis';
 import { describe, expect, it } from 'vitest';
 import type { RedisConnection, RedisSubscription } from '../src/clients/connection.js';
 import { hashTagOf, redlockKeys } from '../src/keys.js';
