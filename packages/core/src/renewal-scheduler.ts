@@ -163,9 +163,11 @@ export class RenewalScheduler {
     for (const handle of handles) handle.renewInFlight = true;
     const requests: RenewRequest[] = handles.map((h) => ({ lease: h.lease, ttlMs: h.ttlMs }));
     const sentAt = clock.monotonic();
-    // An answer after the first of these windows closes is of no use to that handle: wait no longer than that.
-    let closesIn = Number.POSITIVE_INFINITY;
-    for (const handle of handles) closesIn = Math.min(closesIn, handle.expiresAt - sentAt);
+    // An answer after the last of these windows closes is of no use to any of them: wait no longer than that. Not
+    // the first: a handle about to close (its service cut off) must not cut short the wait for the others' answers
+    // — a Redis Cluster answers per master — and the tick loses it at its window's end whatever is in flight.
+    let closesIn = 0;
+    for (const handle of handles) closesIn = Math.max(closesIn, handle.expiresAt - sentAt);
     let results: readonly RenewResult[] | Error;
     try {
       results = await boundedCall(

@@ -1,4 +1,13 @@
-import { LockLostError, LockReleasedError, type LostReason, TransportError } from '@dlock/core';
+import {
+  LockClient,
+  LockLostError,
+  LockReleasedError,
+  type LockService,
+  type LostReason,
+  MemoryLockService,
+  TransportError,
+} from '@dlock/core';
+import { FakeClock } from '@dlock/testing';
 import { describe, expect, it, vi } from 'vitest';
 import { harness, outcome } from './harness.js';
 
@@ -318,5 +327,41 @@ describe('service-reported loss', () => {
     expect(lost).toEqual(['a:rejected']);
     await client.close();
     expect(unsubscribed).toBe(true);
+  });
+});
+
+describe('a renewal batch mixing a handle about to close with healthy ones', () => {
+  it('waits for the healthy answers past the closing window, and still loses the closing handle at its end', async () => {
+    const clock = new FakeClock();
+    const memory = new MemoryLockService({ clock });
+    let slowMs = 0;
+    const service: LockService = {
+      acquire: (r) => memory.acquire(r),
+      renew: (r) => memory.renew(r),
+      // Answers after `slowMs`, as a service answering per shard does when one shard is slow.
+      renewMany: async (requests) => {
+        await clock.sleep(slowMs);
+        return memory.renewMany(requests);
+      },
+      release: (l) => memory.release(l),
+      watch: (n, cb) => memory.watch(n, cb),
+    };
+    const client = new LockClient(service, { clock, operationTimeoutMs: 400 });
+    const failed: string[] = [];
+    const lost: { name: string; at: number }[] = [];
+    client.events.on('renew-failed', (e) => failed.push(e.name));
+    client.events.on('lost', (e) => lost.push({ name: e.name, at: e.at }));
+    const closing = await client.acquire('closing', { ttlMs: 300 });
+    await clock.advance(150);
+    const healthy = await client.acquire('healthy', { ttlMs: 900 });
+    // From now on a batch takes 250 ms to answer: longer than what is left of `closing`'s window, shorter than
+    // `healthy`'s and the operation bound. Both come due together once `closing` has used most of its window.
+    slowMs = 250;
+    await clock.advance(1_000);
+    expect(closing.state).toBe('lost');
+    expect(lost.find((l) => l.name === 'closing')?.at).toBeLessThanOrEqual(closing.expiresAt + 1);
+    expect(healthy.state).toBe('held');
+    expect(failed).not.toContain('healthy');
+    await client.close();
   });
 });
