@@ -6,12 +6,12 @@ export const DEFAULT_KEY_PREFIX = 'dlock:';
 /** The Redis keys (and the release channel) of one lock. All share the hash tag `{<encoded name>}`. */
 export interface LockKeys {
   /**
-   * String `"<who> <fencing token> <ceiling> <anchor> <flags>"`: held (who = the holder's ownership token, TTL = the
-   * lease; renew and release compare `"<ownership token> <fencing token> "`), or a tombstone (who = `~`, the last
-   * token) that keeps the counter between grants. See `single/scripts.ts`.
+   * String: held `"<who> <fencing token> <expiry ms> <flags>"` (who = the holder's ownership token, expiring at the
+   * stated expiry; renew and release compare `"<ownership token> <fencing token> "`), or a tombstone
+   * `"~ <last token> <flags>"` that keeps the counter between grants. See `single/scripts.ts`.
    */
   readonly lock: string;
-  /** The ceiling of the name's reserved block of fencing tokens (a decimal string): none above it was handed out. */
+  /** The name's last fencing token (a decimal string), or a refused acquire's clock reading in µs above it. */
   readonly fence: string;
   /** List of waiting ownership tokens, oldest first. */
   readonly queue: string;

@@ -10,19 +10,24 @@ import { LuaScript } from '../lua-script.js';
  * A key that moved meanwhile (a resharding, a failover) is answered -1 by that call and renewed on its own, routed by
  * its own key, so the client follows MOVED/ASK for it.
  *
- * ARGV: n, then n lock keys, n claims, n TTLs in ms. A claim holds its key when the value is the claim itself or
- * starts with the claim and a space (flags may follow). Answers 1 (renewed), 0 (not held), -1 (not on this node).
+ * ARGV: n, then n lock keys, n claims, n TTLs in ms. A claim holds its key when the value starts with the claim, a
+ * space and the grant's expiry (see `scripts.ts`): the value is written again with the new expiry, one clock reading
+ * for the batch, and the key expires then. Answers 1 (renewed), 0 (not held), -1 (not on this node).
  */
 export const CLUSTER_RENEW = new LuaScript(`#!lua flags=allow-cross-slot-keys
 local n = tonumber(ARGV[1])
 local out = {}
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
 for i = 1, n do
-  local key, claim = ARGV[1 + i], ARGV[1 + n + i]
+  local key, claim = ARGV[1 + i], ARGV[1 + n + i] .. ' '
   local value = redis.pcall('GET', key)
   if type(value) == 'table' and value.err then
     out[i] = -1
-  elseif value and (value == claim or string.sub(value, 1, #claim + 1) == claim .. ' ') then
-    redis.call('PEXPIRE', key, ARGV[1 + 2 * n + i])
+  elseif value and string.sub(value, 1, #claim) == claim and string.find(value, '^%d+ ', #claim + 1) then
+    local expiry = string.format('%.0f', now + ARGV[1 + 2 * n + i])
+    local rest = string.sub(value, (string.find(value, ' ', #claim + 1, true)))
+    redis.call('SET', key, claim .. expiry .. rest, 'PXAT', expiry)
     out[i] = 1
   else
     out[i] = 0

@@ -5,17 +5,20 @@ import { LuaScript } from '../lua-script.js';
  * line, which token comes next) is taken against one consistent state. Needs Redis >= 6.2 (SET ... GET, PXAT).
  *
  * Keys of one lock (see `keys.ts`), all in one hash-tag slot; every script takes all four, in this order:
- *   KEYS[1] lock    string "<who> <fence> <ceiling> <anchor> <flags>[ <metadata>]", in one of two states:
- *                     held       who = the holder's ownership token, fence = its fencing token, TTL = the lease;
- *                                metadata = what the grant was given to store (an election's leader value), if any;
- *                     tombstone  who = "~": free, with nobody queued; fence = the last token; expires at the anchor;
- *                                never any metadata.
+ *   KEYS[1] lock    string, in one of two states:
+ *                     held       "<who> <fence> <expiry> <flags>[ <metadata>]": who = the holder's ownership token,
+ *                                fence = its fencing token, expiry = server time (ms) at which the lease ends, the
+ *                                key's own expiry (PXAT), stated so that a script that overwrote the value can put it
+ *                                back as it was; metadata = what the grant was given to store (an election's leader
+ *                                value), if any;
+ *                     tombstone  "~ <fence> <flags>": free, with nobody queued; fence = the name's last token;
+ *                                expires RETENTION_MS after the release that wrote it.
  *                   (and, briefly, who = "!": held by nobody known, standing in for a lease that a restart may have
  *                   lost, for an election's first grant on a server up for less than its TTL: see the acquire script)
- *                   ceiling = the value of the fence key; anchor = server time (ms) after which no tombstone is kept;
  *                   flags = "-", or some of q (someone may be queued behind the holder), w (someone may watch) and
  *                   o (someone may observe: elections), always in that order.
- *   KEYS[2] fence   the ceiling: no token above it was handed out. Expires RETENTION_MS after the anchor.
+ *   KEYS[2] fence   the last token handed out (or a clock reading in µs above it: a refused acquire writes its own),
+ *                   expiring the grant's lease plus RETENTION_MS after the grant.
  *   KEYS[3] queue   list of waiting ownership tokens, oldest first
  *   KEYS[4] waiters hash ownership token -> "<deadline ms> <ttl ms> <notify channel>", or, for a waiter whose grant
  *                   carries metadata, "<deadline ms> <ttl ms>/<metadata bytes> <notify channel><metadata>" (channels
@@ -25,47 +28,47 @@ import { LuaScript } from '../lua-script.js';
  * waiters' entries, as their services wrote them.
  *
  * Metadata sits at the end of the value, after the flags, so that a lock without it stores and parses exactly what
- * it did before, a renewal (PEXPIRE) keeps it, and a release drops it with the grant. Every pattern below that reads
- * the flags allows for it (parse's sixth capture, `rest`: "" or " <metadata>"); the fast paths never see it (a
- * tombstone has none, and a release fast-paths only a value that ends in the flags "-").
+ * it did before, a renewal keeps it, and a release drops it with the grant. Every pattern below that reads the flags
+ * allows for it (parse's fifth result, `rest`: "" or " <metadata>").
  * o: while a name is marked observed, every grant, release and metadata update publishes on its change channel;
  * one that reached nobody unmarks it, and a grant that finds the lock key missing publishes anyway (marks are lost
  * with the key) and marks the name if someone heard.
  *
- * Why the tombstone: a release that deleted the key would lose the counter with it, and the next acquire would have
- * to read it back from elsewhere. So the uncontended cycle is seven commands: acquire = EVALSHA, GET (a tombstone),
- * TIME, SET; release = EVALSHA, GET, SET (the tombstone). The fence key is written when a grant's token passes the
- * ceiling (a block lasts TOKEN_BLOCK µs of the clock, which tokens follow: so once per grant for grants further apart
- * than that), when the lock key is missing, and when a grant finds the anchor passed. q and w keep the release from
+ * Write first, check after. The uncontended cycle is six commands: acquire = EVALSHA, TIME, SET of the fence key
+ * (the clock's token, reading the last one) and SET of the lock key (the grant, reading the tombstone); release =
+ * EVALSHA and SET of the tombstone (reading the grant). Each SET ... GET both writes what the common case needs and
+ * reads what was there, and the script, still atomic, puts right whatever it should not have written: a live grant
+ * (a refused acquire, a stale release) goes back with its own expiry, a missing key takes the queue check, the fence
+ * recovery and the elections' stand-in, a tombstone with marks or a counter ahead of the clock get a grant written
+ * again, and a release that found no key deletes its tombstone (so that the next grant looks at the queue). A refused
+ * acquire is thus a write and a restore; nothing outside the script ever sees the value in between.
+ * Why the tombstone: a release that deleted the key would lose the counter with it. q and w keep the release from
  * looking for waiters and watchers that are not there: waiters queue only behind a holder, and mark it; a name's
  * first watcher marks it, and a release whose notice reached nobody unmarks it. A lock key that went missing lost
  * its marks, so the grant after it assumes a watcher.
  *
  * Fencing tokens (strictly increasing per name, minted here from the server's state and clock only). Every grant
- * takes max(last token + 1, server clock in µs):
- * - While the lock key exists, that is above the last token, whatever any clock does.
+ * takes max(fence key + 1, lock key's token + 1, server clock in µs):
+ * - While either key exists, that is above the last token, whatever any clock does: every grant writes its token to
+ *   the fence key before its holder can learn it, and a release keeps it in the tombstone.
  * - The clock is there for a Redis that lost its latest writes but kept older ones (a failover to a replica that had
- *   not received them, a restart from a file that lacks them): the lock key may be back at an older tombstone, whose
+ *   not received them, a restart from a file that lacks them): both keys may be back at an older state, whose
  *   token + 1 may be one a lost grant already handed out, to a holder that may still be at work (two holders with
  *   one token, which no fencing gate can tell apart). The clock has moved on since that grant, so the new token is
  *   above it, as long as the clock of the server that now answers is not behind that grant's by more than the time
  *   since.
- * - Tokens are handed out from blocks reserved in the fence key beforehand, so when the lock key is gone (a lease ran
- *   out unreleased, a tombstone reached its anchor) the next token is max(ceiling + 1, server clock in µs): above
- *   every earlier token while the fence key exists, again whatever the clock does.
- * - The fence key lives at least RETENTION_MS past every grant: a grant from a tombstone happens before the anchor,
- *   every other grant first moves a passed anchor to now + RETENTION_MS, and the key expires RETENTION_MS after it.
- * - Only once the fence key is gone too — Redis lost its data (a restart without persistence, a failover that lost
- *   the latest writes, FLUSHALL, eviction), or the name's last grant is more than RETENTION_MS old (an idle name, or
- *   a lease renewed or granted for longer than that which then ran out unreleased) — does the next token come from
- *   the server clock alone. It is above every earlier token as long as the server clock has not stepped back by
- *   more than the time since that name's last grant.
- * Tokens are not dense: they follow the clock. A block's ceiling is at most TOKEN_BLOCK µs past the clock reading of
- * the grant that reserved it, and a lease lasts at least 1 ms, so the token after a lease that ran out is the clock's
- * too: every token is at most the clock reading of its grant, as the two clock cases above need, unless the clock
- * stepped back. (A bigger block, say a lease long, would spare writes, but a lock key removed before its lease ran
- * out would then leave tokens that far ahead of the clock.) Tokens stay below 2^53 (exact in Lua's doubles and in
- * JavaScript numbers) until the year 2255.
+ * - The fence key holds a token or a clock reading, never more: when the lock key is gone (a lease ran out
+ *   unreleased, a tombstone ran out) the next token is max(fence + 1, clock), which is the clock's unless the clock
+ *   stepped back. So every token is at most the clock reading of its grant, as the clock cases need.
+ * - The fence key lives the lease plus RETENTION_MS past every grant, and a refused acquire extends it to the
+ *   holder's expiry plus RETENTION_MS; a tombstone lives RETENTION_MS past its release. Only once both are gone —
+ *   Redis lost its data (a restart without persistence, a failover that lost the latest writes, FLUSHALL,
+ *   eviction), or the name's last grant is more than RETENTION_MS old (an idle name, or a lease renewed for longer
+ *   than that which then ran out unreleased) — does the next token come from the server clock alone. It is above
+ *   every earlier token as long as the server clock has not stepped back by more than the time since that name's
+ *   last grant.
+ * Tokens are not dense: they follow the clock. They stay below 2^53 (exact in Lua's doubles and in JavaScript
+ * numbers) until the year 2255.
  */
 const PRELUDE = `
 -- The server clock, read once per script: {seconds, microseconds}. (T is declared before the fast paths, which may
@@ -87,14 +90,19 @@ local function num(n) return string.format('%.0f', n) end
 
 local function publish(channel, message) return redis.call('PUBLISH_COMMAND', channel, message) end
 
--- who, fence, ceiling, anchor, flags, and rest: "" or " <metadata>".
+-- who, token, expiry (nil for a tombstone), flags, and rest: "" or " <metadata>". Nil for a value in no known
+-- layout. Flags are never digits, so an older layout with more numbers does not pass for this one.
 local function parse(value)
-  return string.match(value, '^(%S+) (%d+) (%d+) (%d+) (%S+)(.*)$')
+  local token, marks = string.match(value, '^~ (%d+) ([%-qwo]+)$')
+  if token then return '~', token, nil, marks, '' end
+  local who, fence, expiry, flags, rest = string.match(value, '^(%S+) (%d+) (%d+) ([%-qwo]+)(.*)$')
+  if rest and rest ~= '' and string.byte(rest, 1) ~= 32 then return nil end
+  return who, fence, expiry, flags, rest
 end
 
 local function has(flags, flag) return string.find(flags, flag, 1, true) ~= nil end
 
--- Flags in their order: q, w, o (the acquire's fast path finds an o by the last byte alone).
+-- Flags in their order: q, w, o.
 local function flags_of(q, w, o)
   local f = (q and 'q' or '') .. (w and 'w' or '') .. (o and 'o' or '')
   return f == '' and '-' or f
@@ -116,60 +124,40 @@ local function changed(o)
   return o and publish(string.sub(KEYS[1], 1, -5) .. 'changed', '') > 0
 end
 
--- The name's counter: the last token handed out (F), the ceiling of its block (C) and the anchor (A), as numbers,
--- with C and A also as the strings the lock key holds (formatted again only when they change).
-local F, C, A, Cs, As
-
-local function load(fence, ceiling, anchor)
-  F, C, A, Cs, As = tonumber(fence), tonumber(ceiling), tonumber(anchor), ceiling, anchor
+-- Puts back a value this script's write replaced (SET ... GET) but had no right to: a grant until its own expiry,
+-- a tombstone for the retention, and a value in no known layout (nobody's grant we can read) for the retention too,
+-- rather than free a lock some other writer may hold.
+local function restore(value, expiry)
+  if expiry then
+    redis.call('SET', KEYS[1], value, 'PXAT', expiry)
+  else
+    redis.call('SET', KEYS[1], value, 'PX', RETENTION_MS)
+  end
 end
 
-local function reserve()
-  Cs, As = num(C), num(A)
-  redis.call('SET', KEYS[2], Cs, 'PXAT', num(A + RETENTION_MS))
-end
+-- F: the highest token handed out so far as far as this script knows; FENCE: what the fence key holds now, and
+-- FENCE_TTL the lease it was written for (nil: not written by this script).
+local F, FENCE, FENCE_TTL
 
--- The next token: the last + 1, or the server clock in µs if that is higher (so that a counter rolled back with lost
--- writes does not hand out a token again). A new block is reserved in the fence key before the old one is exceeded,
--- and a passed anchor moves.
-local function mint()
-  local us = now_us()
-  F = math.max(F + 1, us)
-  local write = false
-  if F > C then
-    C = F + TOKEN_BLOCK
-    write = true
+-- The next token, for a grant of ttl ms: the last + 1, or the server clock in µs if that is higher (so that a
+-- counter rolled back with lost writes does not hand out a token again). The fence key holds it before any holder
+-- learns it, and lives the lease and the retention past it.
+local function mint(ttl)
+  F = math.max(F + 1, now_us())
+  if F ~= FENCE or tonumber(ttl) ~= FENCE_TTL then
+    redis.call('SET', KEYS[2], num(F), 'PX', num(ttl + RETENTION_MS))
+    FENCE, FENCE_TTL = F, tonumber(ttl)
   end
-  local now = math.floor(us / 1000)
-  if now >= A then
-    A = now + RETENTION_MS
-    write = true
-  end
-  if write then reserve() end
   return num(F)
 end
 
--- The lock key is missing: the counter goes on from the fence key's ceiling, or from the clock if that is higher.
--- The new block is written first and the old ceiling read in the same command; the rare case of a ceiling above
--- the clock (the clock stepped back, or the last block was reserved less than TOKEN_BLOCK µs ago) writes again.
-local function recover()
-  local us = now_us()
-  F, C, A = us - 1, us + TOKEN_BLOCK, math.floor(us / 1000) + RETENTION_MS
-  Cs, As = num(C), num(A)
-  local last = tonumber(redis.call('SET', KEYS[2], Cs, 'PXAT', num(A + RETENTION_MS), 'GET'))
-  if last and last > F then
-    F = last
-    C = F + TOKEN_BLOCK
-    reserve()
-  end
-  return last ~= nil
-end
-
--- meta: the grant's metadata, or nil.
+-- A grant of ttl ms; meta: its metadata, or nil. The value states its expiry, so that a script that overwrote it
+-- by mistake can put it back as it was.
 local function grant(owner, fence, ttl, q, w, o, meta)
-  local value = owner .. ' ' .. fence .. ' ' .. Cs .. ' ' .. As .. ' ' .. flags_of(q, w, changed(o))
+  local expiry = num(now_ms() + ttl)
+  local value = owner .. ' ' .. fence .. ' ' .. expiry .. ' ' .. flags_of(q, w, changed(o))
   if meta then value = value .. ' ' .. meta end
-  redis.call('SET', KEYS[1], value, 'PX', ttl)
+  redis.call('SET', KEYS[1], value, 'PXAT', expiry)
 end
 
 -- A waiter's entry: deadline, ttl, notify channel and metadata (nil when its grant carries none).
@@ -194,7 +182,7 @@ local function promote(skip, w, o)
     if entry then
       local deadline, ttl, channel, meta = entry_of(entry)
       if deadline and tonumber(deadline) > now_ms() then
-        local fence = mint()
+        local fence = mint(ttl)
         if head == skip or publish(channel, head .. ' ' .. fence) > 0 then
           grant(head, fence, ttl, true, w, o, meta)
           return head, fence
@@ -204,15 +192,16 @@ local function promote(skip, w, o)
   end
 end
 
--- The holder lets go (after load): the lock goes to the oldest live waiter if any may be queued; else it becomes a
--- tombstone (without the holder's metadata), after telling the name's watchers if any may listen. Observers hear of
--- either.
-local function let_go(flags)
+-- The holder lets go (F = its token): the lock goes to the oldest live waiter if any may be queued; else it becomes
+-- a tombstone (without the holder's metadata), after telling the name's watchers if any may listen. Observers hear
+-- of either. written: the tombstone "~ <F> -" is in place already (the release writes it first).
+local function let_go(flags, written)
   local w, o = has(flags, 'w'), has(flags, 'o')
   if has(flags, 'q') and promote(nil, w, o) then return end
   if w and publish(string.sub(KEYS[1], 1, -5) .. 'released', '') == 0 then w = false end
-  local tombstone = '~ ' .. num(F) .. ' ' .. Cs .. ' ' .. As .. ' ' .. flags_of(false, w, changed(o))
-  redis.call('SET', KEYS[1], tombstone, 'PXAT', As)
+  local marks = flags_of(false, w, changed(o))
+  if written and marks == '-' then return end
+  redis.call('SET', KEYS[1], '~ ' .. num(F) .. ' ' .. marks, 'PX', RETENTION_MS)
 end
 `;
 
@@ -224,46 +213,29 @@ end
  * A free lock goes to the oldest live waiter, so a caller that is not queued never overtakes the queue.
  */
 const ACQUIRE_FAST = `
-local value = redis.call('GET', KEYS[1])
-if value and string.byte(value, 1) == 126 and string.byte(value, -1) ~= 111 then
-  -- A tombstone "~ <fence> <ceiling> <anchor> <flags>" on a name nobody observes (no o, which is last when set): the
-  -- grant takes the token mint would, max(fence + 1, clock in µs), and keeps the anchor and flags as they are. A
-  -- token past the ceiling reserves the next block first, as mint does; a passed anchor is left to the prelude.
-  local find, sub = string.find, string.sub
-  local p = find(value, ' ', 3, true)
-  local q = p and find(value, ' ', p + 1, true)
-  local r = q and find(value, ' ', q + 1, true)
-  local last = r and tonumber(sub(value, 3, p - 1))
-  local ceiling = last and tonumber(sub(value, p + 1, q - 1))
-  local anchor = ceiling and tonumber(sub(value, q + 1, r - 1))
-  if anchor then
-    T = redis.call('TIME')
-    local us = T[1] * 1000000 + T[2]
-    if us < anchor * 1000 then
-      local next = math.max(last + 1, us)
-      local mine = string.format('%.0f', next)
-      local rest = sub(value, q)
-      if next > ceiling then
-        local block = string.format('%.0f', next + TOKEN_BLOCK)
-        redis.call('SET', KEYS[2], block, 'PXAT', string.format('%.0f', anchor + RETENTION_MS))
-        rest = ' ' .. block .. rest
-      else
-        rest = sub(value, p)
-      end
-      local meta = ARGV[5]
-      redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. mine .. rest .. (meta and ' ' .. meta or ''), 'PX', ARGV[2])
-      return mine
-    end
-  end
+-- Written first, checked after: the clock's token goes to the fence key and the grant to the lock key, each SET
+-- reading the value it replaced. Both old values fit the common case (a tombstone of an unobserved, unwatched name,
+-- and a counter behind the clock) or the script below puts right what it wrote.
+T = redis.call('TIME')
+local US = T[1] * 1000000 + T[2]
+local EXPIRY = string.format('%.0f', T[1] * 1000 + math.floor(T[2] / 1000) + ARGV[2])
+local MINE = string.format('%.0f', US)
+local LAST = redis.call('SET', KEYS[2], MINE, 'PX', string.format('%.0f', ARGV[2] + RETENTION_MS), 'GET')
+local OLD = redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. MINE .. ' ' .. EXPIRY .. ' -' .. (ARGV[5] and ' ' .. ARGV[5] or ''), 'PXAT', EXPIRY, 'GET')
+if OLD and (not LAST or tonumber(LAST) < US) then
+  local last = string.match(OLD, '^~ (%d+) %-$')
+  if last and tonumber(last) < US then return MINE end
 end
 `;
 
 const ACQUIRE = `
-local owner, meta = ARGV[1], ARGV[5]
+local owner, ttl, meta = ARGV[1], tonumber(ARGV[2]), ARGV[5]
+local now = math.floor(US / 1000)
+FENCE, FENCE_TTL = US, ttl
 
 -- The caller's queue entry (see the header): deadline, TTL, notify channel, and the metadata its grant will carry.
 local function entry_for(wait)
-  local head = string.format('%.0f', now_ms() + wait) .. ' ' .. ARGV[2]
+  local head = num(now + wait) .. ' ' .. ARGV[2]
   if meta then return head .. '/' .. #meta .. ' ' .. ARGV[4] .. meta end
   return head .. ' ' .. ARGV[4]
 end
@@ -272,57 +244,74 @@ end
 -- server up for less than the grant's TTL: the server may have restarted empty under a holder whose lease is still
 -- open by that holder's clock. A stand-in holder "!" keeps the name until the server has been up for one TTL (whole
 -- seconds of uptime, rounded down: never shorter), and callers queue behind it as behind a holder that died.
--- Returns its value, or nil when the server is older than that (or does not say).
-local function stand_in(ttl)
+-- Returns its value, its expiry, or nil when the server is older than that (or does not say).
+local function stand_in()
   local info = redis.pcall('INFO', 'server')
   local up = type(info) == 'string' and tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
   if not up or ttl <= up * 1000 then return nil end
-  local held = '! ' .. num(F) .. ' ' .. Cs .. ' ' .. As .. ' wo'
-  redis.call('SET', KEYS[1], held, 'PX', ttl - up * 1000)
-  return held
+  local expiry = num(now + ttl - up * 1000)
+  local held = '! ' .. mint(ttl) .. ' ' .. expiry .. ' wo'
+  redis.call('SET', KEYS[1], held, 'PXAT', expiry)
+  return held, expiry
 end
 
-local who, fence, ceiling, anchor, flags, rest
-if value then
-  who, fence, ceiling, anchor, flags, rest = parse(value)
-  if who == '~' then
-    -- A tombstone: free, and nobody is queued (the queue was empty when it was written, and waiters queue only
-    -- behind a holder). Its anchor has not passed, or it would be gone (but the clock may have passed it since the
-    -- key was read). (The name is observed, or the clock passed the anchor, or the fast path above would have
-    -- granted.)
-    load(fence, ceiling, anchor)
-    local mine = mint()
-    grant(owner, mine, ARGV[2], false, has(flags, 'w'), has(flags, 'o'), meta)
-    return mine
+local who, fence, expiry, flags, rest
+if OLD then who, fence, expiry, flags, rest = parse(OLD) end
+F = math.max(LAST and tonumber(LAST) or 0, fence and tonumber(fence) or 0)
+-- A grant whose expiry the clock has passed (within the same millisecond, which Redis had not yet expired): gone.
+if expiry and tonumber(expiry) <= now then OLD, who = nil, nil end
+local value
+if who == '~' then
+  -- A tombstone: free, and nobody is queued (the queue was empty when it was written, and waiters queue only
+  -- behind a holder). (The name is watched or observed, or a counter is ahead of the clock, or the fast path
+  -- above would have granted.)
+  local mine = mint(ttl)
+  grant(owner, mine, ttl, false, has(flags, 'w'), has(flags, 'o'), meta)
+  return mine
+elseif who then
+  -- Held: the grant goes back as it was, and the fence key keeps the counter for as long as that grant needs it.
+  local left = tonumber(expiry) - now
+  if F > FENCE or left > ttl then
+    FENCE, FENCE_TTL = math.max(F, FENCE), math.max(left, ttl)
+    redis.call('SET', KEYS[2], num(FENCE), 'PX', num(FENCE_TTL + RETENTION_MS))
   end
   if who == owner then
     -- Already ours: a hand-off this waiter has not heard about yet, or a retry of a call whose reply was lost. The
     -- lease started before this call, so its remaining time comes along.
-    return {fence, redis.call('PTTL', KEYS[1])}
+    restore(OLD, expiry)
+    return {fence, left}
   end
+  value = OLD
+elseif OLD then
+  -- Nobody's grant we can read: it goes back, and runs out by itself (callers may queue behind it, unmarked: the
+  -- acquire after it looks at the queue anyway).
+  if F > FENCE then redis.call('SET', KEYS[2], num(F), 'PX', num(ttl + RETENTION_MS)) end
+  value = OLD
 else
   -- Missing: never used, or lost. Waiters may be queued (the holder's lease ran out while they waited): the oldest
   -- live one goes first. Whether anyone watches or observes is unknown now, so the grant assumes so.
-  if not recover() and meta then value = stand_in(tonumber(ARGV[2])) end
+  if not LAST and meta then value, expiry = stand_in() end
   if value then
     flags, rest = 'wo', ''
   else
     if redis.call('LLEN', KEYS[3]) == 0 then
-      local mine = mint()
-      grant(owner, mine, ARGV[2], false, true, true, meta)
+      local mine = mint(ttl)
+      grant(owner, mine, ttl, false, true, true, meta)
       return mine
     end
     local head, handed = promote(owner, true, true)
     if head == owner then return handed end
     if not head then
-      local mine = mint()
-      grant(owner, mine, ARGV[2], false, true, true, meta)
+      local mine = mint(ttl)
+      grant(owner, mine, ttl, false, true, true, meta)
       return mine
     end
-    -- Handed to the head of the queue, marked q already.
-    flags = 'qw'
+    -- Handed to the head of the queue, marked q already; the lock key holds its grant.
+    flags, expiry = nil, nil
   end
 end
+-- What the write above replaced goes back (a missing key reads as false); the stand-in only if it gains the q mark.
+local put = OLD and true or false
 local wait = tonumber(ARGV[3])
 if wait > 0 and redis.call('HSETNX', KEYS[4], owner, entry_for(wait)) == 1 then
   redis.call('RPUSH', KEYS[3], owner)
@@ -332,12 +321,14 @@ if wait > 0 and redis.call('HSETNX', KEYS[4], owner, entry_for(wait)) == 1 then
     redis.call('PEXPIRE', KEYS[3], wait + QUEUE_MARGIN_MS)
     redis.call('PEXPIRE', KEYS[4], wait + QUEUE_MARGIN_MS)
   end
-  -- The holder's release must look at the queue. (A value we cannot read is no grant of ours: its key runs out,
-  -- and the acquire after that looks at the queue anyway.)
+  -- The holder's release must look at the queue.
   if flags and not has(flags, 'q') then
-    redis.call('SET', KEYS[1], reflag(value, flags, rest, with(flags, 'q')), 'KEEPTTL')
+    value = reflag(value, flags, rest, with(flags, 'q'))
+    put = true
   end
 end
+if put then restore(value, expiry) end
+if expiry then return tonumber(expiry) - now end
 return redis.call('PTTL', KEYS[1])
 `;
 
@@ -346,28 +337,28 @@ return redis.call('PTTL', KEYS[1])
  * or a tombstone left), 0 when not held.
  */
 const RELEASE_FAST = `
-local value = redis.call('GET', KEYS[1])
+-- Written first, checked after: the tombstone of the claim's token, reading the value it replaced. When that was
+-- the claim's grant with nobody queued, watching or observing and no metadata ("<claim> <expiry> -"), done.
 local claim = ARGV[1] .. ' '
-if not value or string.sub(value, 1, #claim) ~= claim then return 0 end
-do
-  -- Nobody queued, watching or observing, and no metadata (the value ends in the flags "-"): the tombstone is the
-  -- claim's fence and the rest of the value as it is.
-  local find, sub = string.find, string.sub
-  local p = find(value, ' ', #claim + 1, true)
-  local q = p and find(value, ' ', p + 1, true)
-  local s = find(ARGV[1], ' ', 1, true)
-  if q and s and sub(value, q + 1) == '-' then
-    redis.call('SET', KEYS[1], '~ ' .. sub(ARGV[1], s + 1) .. ' ' .. sub(value, #claim + 1), 'PXAT', sub(value, p + 1, q - 1))
-    return 1
-  end
-end
+local s = string.find(ARGV[1], ' ', 1, true)
+if not s then return 0 end
+local OLD = redis.call('SET', KEYS[1], '~ ' .. string.sub(ARGV[1], s + 1) .. ' -', 'PX', RETENTION_MS, 'GET')
+if OLD and string.sub(OLD, 1, #claim) == claim and string.find(OLD, '^%d+ %-$', #claim + 1) then return 1 end
 `;
 
 const RELEASE = `
-local who, fence, ceiling, anchor, flags = parse(value)
-if not fence or who .. ' ' .. fence ~= ARGV[1] then return 0 end
-load(fence, ceiling, anchor)
-let_go(flags)
+if not OLD then
+  -- Nothing held, nor a tombstone: a missing key stays missing, so that the next grant looks at the queue.
+  redis.call('DEL', KEYS[1])
+  return 0
+end
+local who, fence, expiry, flags = parse(OLD)
+if not fence or who == '~' or who .. ' ' .. fence ~= ARGV[1] then
+  restore(OLD, expiry)
+  return 0
+end
+F = tonumber(fence)
+let_go(flags, true)
 return 1
 `;
 
@@ -381,11 +372,11 @@ redis.call('LREM', KEYS[3], 0, ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
 local value = redis.call('GET', KEYS[1])
 if not value then return 0 end
-local who, fence, ceiling, anchor, flags = parse(value)
-if who ~= ARGV[1] then return 0 end
+local who, fence, _, flags = parse(value)
+if not fence or who ~= ARGV[1] then return 0 end
 if ARGV[2] == '1' then return {fence, redis.call('PTTL', KEYS[1])} end
-load(fence, ceiling, anchor)
-let_go(flags)
+F = tonumber(fence)
+let_go(flags, false)
 return 0
 `;
 
@@ -399,7 +390,7 @@ local flag = ARGV[1]
 if flag ~= 'w' and flag ~= 'o' then return redis.error_reply('ERR dlock: unknown mark') end
 local value = redis.call('GET', KEYS[1])
 if not value then return 0 end
-local _, _, _, _, flags, rest = parse(value)
+local _, _, _, flags, rest = parse(value)
 if not flags then return 0 end
 if not has(flags, flag) then
   redis.call('SET', KEYS[1], reflag(value, flags, rest, with(flags, flag)), 'KEEPTTL')
@@ -416,7 +407,7 @@ const INSPECT = `
 local waiters = redis.call('LLEN', KEYS[3])
 local value = redis.call('GET', KEYS[1])
 if not value then return {waiters} end
-local who, fence, _, _, _, rest = parse(value)
+local who, fence, _, _, rest = parse(value)
 -- A tombstone, or the stand-in for a lease a restart may have lost (see the acquire script): no known holder.
 if not fence or who == '~' or who == '!' then return {waiters} end
 local pttl = redis.call('PTTL', KEYS[1])
@@ -426,15 +417,15 @@ return {waiters, fence, pttl, string.sub(rest, 2)}
 
 /**
  * ARGV[1] the claim "<ownership token> <fencing token>", ARGV[2] the new metadata. Replaces the metadata of the grant
- * the claim holds, keeping its token, marks and TTL, and tells the name's observers. Returns 1, or 0 when the claim
- * does not hold the lock.
+ * the claim holds, keeping its token, expiry, marks and TTL, and tells the name's observers. Returns 1, or 0 when the
+ * claim does not hold the lock.
  */
 const UPDATE = `
 local value = redis.call('GET', KEYS[1])
 local claim = ARGV[1] .. ' '
 if not value or string.sub(value, 1, #claim) ~= claim then return 0 end
-local _, _, _, _, flags, rest = parse(value)
-if not flags then return 0 end
+local who, _, _, flags, rest = parse(value)
+if not flags or who == '~' then return 0 end
 local head = string.sub(value, 1, #value - #flags - #rest)
 local o = changed(has(flags, 'o'))
 redis.call('SET', KEYS[1], head .. flags_of(has(flags, 'q'), has(flags, 'w'), o) .. ' ' .. ARGV[2], 'KEEPTTL')
@@ -443,17 +434,23 @@ return 1
 
 /**
  * KEYS[1..n] lock keys, ARGV[1..n] claims "<ownership token> <fencing token>", ARGV[n+1..2n] ttl ms. One call renews
- * a whole batch: holding a thousand locks costs one round trip per renewal tick, not a thousand. Only the TTL
- * changes: the stored grant keeps its counter and marks. Returns 1/0 per lock, in order.
+ * a whole batch: holding a thousand locks costs one round trip per renewal tick, not a thousand. The grant keeps its
+ * token, marks and metadata; its value states the new expiry (one clock reading for the batch), which the key
+ * expires at. Returns 1/0 per lock, in order.
  */
 const RENEW = `
 local n = #KEYS
 local out = {}
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
 for i = 1, n do
   local value = redis.call('GET', KEYS[i])
   local claim = ARGV[i] .. ' '
-  if value and string.sub(value, 1, #claim) == claim then
-    redis.call('PEXPIRE', KEYS[i], ARGV[n + i])
+  local e = value and string.sub(value, 1, #claim) == claim and string.find(value, '^%d+ ', #claim + 1)
+  if e then
+    local expiry = string.format('%.0f', now + ARGV[n + i])
+    local rest = string.sub(value, (string.find(value, ' ', #claim + 1, true)))
+    redis.call('SET', KEYS[i], claim .. expiry .. rest, 'PXAT', expiry)
     out[i] = 1
   else
     out[i] = 0
@@ -476,13 +473,6 @@ export interface LockScripts {
 const QUEUE_MARGIN_MS = 60_000;
 
 /**
- * Tokens reserved in the fence key at a time, in µs of the server clock that tokens follow. A lease that runs out
- * unreleased leaves a ceiling at most this far ahead of its grant, which the clock has passed by then (a lease lasts
- * 1 ms at least), so the token after it is the clock's, not ahead of it.
- */
-export const TOKEN_BLOCK = 1_000;
-
-/**
  * The scripts for one fence retention (built into the source: one argument less on every call). `sharded`: publish
  * with SPUBLISH (Redis >= 7.0; a standalone server takes it too), for a Redis Cluster where every channel a script
  * publishes on shares the lock's hash tag.
@@ -495,7 +485,6 @@ export function lockScripts(fenceRetentionMs: number, sharded = false): LockScri
       `local T\n${fast}${PRELUDE}${body}`
         .replaceAll('RETENTION_MS', String(Math.trunc(fenceRetentionMs)))
         .replaceAll('QUEUE_MARGIN_MS', String(QUEUE_MARGIN_MS))
-        .replaceAll('TOKEN_BLOCK', String(TOKEN_BLOCK))
         .replaceAll('PUBLISH_COMMAND', sharded ? 'SPUBLISH' : 'PUBLISH'),
     );
   return {
