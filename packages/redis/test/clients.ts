@@ -86,71 +86,48 @@ export interface ClusterFamily {
   connect(rootNodes: readonly { host: string; port: number; url: string }[]): Promise<Connected>;
 }
 
+function nodeRedisCluster(label: string, make: typeof createCluster | typeof createCluster6): ClusterFamily {
+  return {
+    label,
+    async connect(rootNodes) {
+      const client = (make as typeof createCluster)({ rootNodes: rootNodes.map(({ url }) => ({ url })) });
+      client.on('error', () => {});
+      await client.connect();
+      return {
+        client,
+        command: (args) => client.sendCommand(undefined, false, [...args]),
+        close: async () => {
+          await Promise.race([client.close(), new Promise((r) => setTimeout(r, 1_000))]).catch(() => {});
+        },
+      };
+    },
+  };
+}
+
+function ioredisCluster(label: string, Make: typeof IORedisCluster | typeof IORedisCluster6): ClusterFamily {
+  return {
+    label,
+    async connect(rootNodes) {
+      const client = new (Make as typeof IORedisCluster)(
+        rootNodes.map(({ host, port }) => ({ host, port })),
+        { lazyConnect: true },
+      );
+      client.on('error', () => {});
+      await client.connect();
+      return {
+        client,
+        command: ([command, ...rest]) => client.call(command as string, ...rest),
+        close: async () => {
+          client.disconnect();
+        },
+      };
+    },
+  };
+}
+
 export const CLUSTER_FAMILIES: readonly ClusterFamily[] = [
-  {
-    label: 'node-redis 5 createCluster',
-    async connect(rootNodes) {
-      const client = createCluster({ rootNodes: rootNodes.map(({ url }) => ({ url })) });
-      client.on('error', () => {});
-      await client.connect();
-      return {
-        client,
-        command: (args) => client.sendCommand(undefined, false, [...args]),
-        close: async () => {
-          await Promise.race([client.close(), new Promise((r) => setTimeout(r, 1_000))]).catch(() => {});
-        },
-      };
-    },
-  },
-  {
-    label: 'node-redis 6 createCluster (RESP3)',
-    async connect(rootNodes) {
-      const client = createCluster6({ rootNodes: rootNodes.map(({ url }) => ({ url })) });
-      client.on('error', () => {});
-      await client.connect();
-      return {
-        client,
-        command: (args) => client.sendCommand(undefined, false, [...args]),
-        close: async () => {
-          await Promise.race([client.close(), new Promise((r) => setTimeout(r, 1_000))]).catch(() => {});
-        },
-      };
-    },
-  },
-  {
-    label: 'ioredis 5 Cluster',
-    async connect(rootNodes) {
-      const client = new IORedisCluster(
-        rootNodes.map(({ host, port }) => ({ host, port })),
-        { lazyConnect: true },
-      );
-      client.on('error', () => {});
-      await client.connect();
-      return {
-        client,
-        command: ([command, ...rest]) => client.call(command as string, ...rest),
-        close: async () => {
-          client.disconnect();
-        },
-      };
-    },
-  },
-  {
-    label: 'ioredis 6 Cluster (RESP3)',
-    async connect(rootNodes) {
-      const client = new IORedisCluster6(
-        rootNodes.map(({ host, port }) => ({ host, port })),
-        { lazyConnect: true },
-      );
-      client.on('error', () => {});
-      await client.connect();
-      return {
-        client,
-        command: ([command, ...rest]) => client.call(command as string, ...rest),
-        close: async () => {
-          client.disconnect();
-        },
-      };
-    },
-  },
+  nodeRedisCluster('node-redis 5 createCluster', createCluster),
+  nodeRedisCluster('node-redis 6 createCluster (RESP3)', createCluster6),
+  ioredisCluster('ioredis 5 Cluster', IORedisCluster),
+  ioredisCluster('ioredis 6 Cluster (RESP3)', IORedisCluster6),
 ];
