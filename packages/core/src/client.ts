@@ -32,7 +32,9 @@ import {
 } from './options.js';
 import { PendingCallHold } from './pending-hold.js';
 import { RenewalScheduler } from './renewal-scheduler.js';
-import type { AcquireRequest, AcquireResult, Grant, Lease, LockService } from './service.js';
+import { resolveSemaphoreOptions } from './semaphore/options.js';
+import { type Permit, Semaphore, type SemaphoreHost, type SemaphoreOptions } from './semaphore/semaphore.js';
+import type { AcquireRequest, AcquireResult, Grant, Lease, LockService, PermitRequest } from './service.js';
 import { admissionMarginMs, fullJitterBackoff, jitter, renewIntervalMs, validUntil } from './timing.js';
 import { linkSignals, WakeSignal } from './wake-signal.js';
 
@@ -89,6 +91,7 @@ export class LockClient {
   /** One leader feed per observed election name, shared by the observers in this client. */
   readonly #feeds = new Map<string, LeaderFeed>();
   readonly #electionHost: ElectionHost;
+  readonly #semaphoreHost: SemaphoreHost;
 
   constructor(service: LockService, options?: LockClientOptions) {
     if (!isLockService(service)) {
@@ -138,6 +141,17 @@ export class LockClient {
         if (handle instanceof Handle && handle.state === 'held') this.#lose(handle, 'rejected', undefined);
       },
     };
+    this.#semaphoreHost = {
+      acquirePermit: (name, permits, opts, orNull) =>
+        this.#acquire(name, opts, orNull, permits) as Promise<Permit | null>,
+      available: (name, permits) =>
+        this.#electionHost.call(
+          // biome-ignore lint/style/noNonNullAssertion: semaphore() checked that the service has it
+          () => this.#service.availablePermits!(name, permits),
+          `available permits of "${name}"`,
+        ),
+      withHandle: (handle, fn) => this.#withHandle(handle, fn),
+    };
     this.#host = {
       clock: this.#clock,
       renewNow: (handle) => this.#hold.hold(this.#renewNow(handle)),
@@ -164,6 +178,26 @@ export class LockClient {
       );
     }
     return new Election(electionName, opts, this.#electionHost, () => this.#feedOf(electionName, opts.ttlMs));
+  }
+
+  /**
+   * A counting semaphore on this client's service: at most `permits` holders of `name` at once, each holding a leased
+   * permit on one slot, fenced per slot (`permit.resource`, `permit.fencingToken`). Throws `UnsupportedError` on a
+   * service without `acquirePermit`, `InvalidArgumentError` for bad input.
+   */
+  semaphore(name: string, options: SemaphoreOptions): Semaphore {
+    this.#assertOpen();
+    const semaphoreName = validateName(name);
+    const opts = resolveSemaphoreOptions(options);
+    if (
+      typeof this.#service.acquirePermit !== 'function' ||
+      typeof this.#service.availablePermits !== 'function'
+    ) {
+      throw new UnsupportedError(
+        'semaphores need a service that hands out permits (LockService.acquirePermit and availablePermits)',
+      );
+    }
+    return new Semaphore(semaphoreName, opts, this.#semaphoreHost);
   }
 
   /** Number of handles this client currently holds. */
@@ -218,20 +252,28 @@ export class LockClient {
    * computed without the lock is never taken for a good one; if `close()` ended the hold, with `ClientClosedError`.
    * When `fn` throws, its error wins (a loss is still reported through `onLost` and the `lost` event).
    */
-  async withLock<T>(
-    name: string,
-    options: AcquireOptions,
-    fn: (handle: LockHandle) => Promise<T>,
+  withLock<T>(name: string, options: AcquireOptions, fn: (handle: LockHandle) => Promise<T>): Promise<T> {
+    return this.#withHandle(() => this.acquire(name, options), fn);
+  }
+
+  /**
+   * `withLock` and `withPermit`: checks `fn` before acquiring (a bad callback must not leave a hold behind), runs it
+   * under the handle, then releases and says how the hold ended.
+   */
+  async #withHandle<H extends LockHandle, T>(
+    acquire: () => Promise<H>,
+    fn: (handle: H) => Promise<T>,
   ): Promise<T> {
     validateCallback(fn, 'fn');
-    const handle = await this.acquire(name, options);
+    const handle = await acquire();
+    const name = handle.name;
     let result: T;
     try {
       result = await fn(handle);
     } catch (error) {
       await this.#endWithLock(handle, name, false);
       // fn rethrowing the signal's reason after close() ended the hold: say what happened, the client closed.
-      const closedUnder = (handle as Handle).releasedByClose && error instanceof LockReleasedError;
+      const closedUnder = (handle as unknown as Handle).releasedByClose && error instanceof LockReleasedError;
       throw closedUnder ? new ClientClosedError({ cause: error }) : error;
     }
     await this.#endWithLock(handle, name, true);
@@ -372,8 +414,16 @@ export class LockClient {
     if (counted && --this.#inFlight === 0) this.#drained?.();
   }
 
-  /** With `orNull` (tryAcquire), a budget that runs out resolves null: no error is built only to be dropped. */
-  async #acquire(name: string, opts: ResolvedAcquireOptions, orNull: boolean): Promise<LockHandle | null> {
+  /**
+   * With `orNull` (tryAcquire), a budget that runs out resolves null: no error is built only to be dropped. With
+   * `permits`, a permit of the semaphore `name` (the service queues its waiters itself: no watch, no reentrancy).
+   */
+  async #acquire(
+    name: string,
+    opts: ResolvedAcquireOptions,
+    orNull: boolean,
+    permits?: number,
+  ): Promise<LockHandle | null> {
     const counted = this.#enter();
     const clock = this.#clock;
     const { retryBaseMs, retryCapMs, operationTimeoutMs } = this.#options;
@@ -392,7 +442,7 @@ export class LockClient {
     try {
       for (;;) {
         if (signal.aborted) throw signal.reason;
-        if (opts.reentrant) {
+        if (opts.reentrant && permits === undefined) {
           const current = this.#reentrant.get(name);
           if (current?.isHeld()) {
             if (current.renews !== opts.renew) {
@@ -412,8 +462,12 @@ export class LockClient {
         let result: AcquireResult | undefined;
         try {
           result = await boundedCall(
-            (abandoned) =>
-              this.#service.acquire(acquireRequest(name, this.ownerId, opts, remaining, abandoned)),
+            (abandoned) => {
+              const request = acquireRequest(name, this.ownerId, opts, remaining, abandoned);
+              if (permits === undefined) return this.#service.acquire(request);
+              // biome-ignore lint/style/noNonNullAssertion: semaphore() checked that the service has it
+              return this.#service.acquirePermit!(permitRequest(request, permits));
+            },
             {
               deadlines: this.#deadlines,
               clock,
@@ -424,7 +478,7 @@ export class LockClient {
               cancels: this.#acquireCalls,
               what: `acquire "${name}"`,
               onLate: (late) => {
-                if (late.acquired) this.#abandon(name, late.grant);
+                if (late.acquired) this.#abandon(name, late.grant, permits);
               },
             },
           );
@@ -435,7 +489,7 @@ export class LockClient {
           lastError = error;
         }
         if (result?.acquired) {
-          const handle = this.#admit(name, result.grant, sentAt, opts, signal);
+          const handle = this.#admit(name, result.grant, sentAt, opts, signal, permits);
           if (handle) {
             this.#emitAcquired(handle, startedAt, attempts, false);
             return handle;
@@ -446,11 +500,18 @@ export class LockClient {
         if (now >= deadline) {
           if (lastError !== undefined) throw lastError;
           if (orNull) return null;
-          throw new AcquireTimeoutError(name, now - startedAt, attempts, this.#refusal(name, spentInTransit));
+          const reason =
+            permits === undefined
+              ? this.#refusal(name, spentInTransit)
+              : spentInTransit
+                ? 'spent-in-transit'
+                : 'no-free-permit';
+          throw new AcquireTimeoutError(name, now - startedAt, attempts, reason);
         }
         wake ??= new WakeSignal();
         const woken = wake;
-        unwatch ??= this.#watchQuietly(name, () => woken.notify());
+        // A semaphore's waiters queue on the service, which wakes them; a lock's release notices come from `watch`.
+        if (permits === undefined) unwatch ??= this.#watchQuietly(name, () => woken.notify());
         const hint = result && !result.acquired ? result.holderExpiresInMs : undefined;
         const backoff = fullJitterBackoff(attempts - 1, retryBaseMs, retryCapMs, this.#random);
         // An expiry hint says exactly when to look again; a little jitter keeps waiters from arriving together.
@@ -496,9 +557,10 @@ export class LockClient {
     sentAt: number,
     opts: ResolvedAcquireOptions,
     signal: AbortSignal,
+    permits: number | undefined,
   ): Handle | null {
     const clock = this.#clock;
-    if (!isValidGrant(grant)) {
+    if (!isValidGrant(grant, permits)) {
       throw new TransportError(`the service returned a malformed grant for "${name}"`);
     }
     const now = clock.monotonic();
@@ -509,18 +571,13 @@ export class LockClient {
     const expiresAt = validUntil(anchor, grant.ttlMs, this.#options.driftFactor);
     if (signal.aborted || expiresAt - now <= admissionMarginMs(roundTrip)) {
       // Never hand out a handle whose window has already closed (node-redlock #296); free the lock for others.
-      this.#abandon(name, grant);
+      this.#abandon(name, grant, permits);
       if (signal.aborted) throw signal.reason;
       return null;
     }
     const handle = new Handle({
       host: this.#host,
-      lease: {
-        name,
-        ownerId: this.ownerId,
-        ownershipToken: grant.ownershipToken,
-        fencingToken: grant.fencingToken,
-      },
+      lease: this.#leaseOf(name, grant, permits),
       ttlMs: grant.ttlMs,
       expiresAt,
       renewDueAt: anchor + jitter(renewIntervalMs(grant.ttlMs), this.#random),
@@ -551,14 +608,18 @@ export class LockClient {
   }
 
   /** Releases a grant nobody will use, in the background; the service's ownership check makes this always safe. */
-  #abandon(name: string, grant: Grant): void {
+  #abandon(name: string, grant: Grant, permits: number | undefined): void {
+    this.#bestEffortRelease(this.#leaseOf(name, grant, permits));
+  }
+
+  #leaseOf(name: string, grant: Grant, permits: number | undefined): Lease {
     const lease: Lease = {
       name,
       ownerId: this.ownerId,
       ownershipToken: grant.ownershipToken,
       fencingToken: grant.fencingToken,
     };
-    this.#bestEffortRelease(lease);
+    return permits === undefined || grant.slot === undefined ? lease : { ...lease, slot: grant.slot };
   }
 
   #bestEffortRelease(lease: Lease): void {
@@ -705,9 +766,21 @@ function acquireRequest(
   };
 }
 
-function isValidGrant(grant: unknown): grant is Grant {
+/** A permit's request: the attempt's own request object, so its lazily made signal stays lazy. */
+function permitRequest(request: AcquireRequest, permits: number): PermitRequest {
+  return Object.defineProperty(request, 'permits', { value: permits, enumerable: true }) as PermitRequest;
+}
+
+function isValidGrant(grant: unknown, permits: number | undefined): grant is Grant {
   if (typeof grant !== 'object' || grant === null) return false;
   const g = grant as Record<string, unknown>;
+  const slot = g['slot'];
+  if (
+    permits !== undefined &&
+    !(Number.isInteger(slot) && (slot as number) >= 0 && (slot as number) < permits)
+  ) {
+    return false;
+  }
   return (
     typeof g['ownershipToken'] === 'string' &&
     typeof g['fencingToken'] === 'bigint' &&

@@ -12,7 +12,8 @@ export type DLockErrorCode =
   | 'LOCK_RELEASED'
   | 'TRANSPORT'
   | 'CLIENT_CLOSED'
-  | 'UNSUPPORTED';
+  | 'UNSUPPORTED'
+  | 'PERMITS_MISMATCH';
 
 export abstract class DLockError extends Error {
   abstract readonly code: DLockErrorCode;
@@ -51,7 +52,9 @@ export type AcquireTimeoutReason =
    * The service granted the lock, but the grant arrived with too little of its validity window left for one
    * renewal round trip, so it was given back: the budget went to transit, not to a holder.
    */
-  | 'spent-in-transit';
+  | 'spent-in-transit'
+  /** A semaphore: every permit stayed held (or queued waiters were ahead) for the whole budget. */
+  | 'no-free-permit';
 
 const TIMEOUT_EXPLANATIONS: Record<AcquireTimeoutReason, string> = {
   'held-by-another-owner': 'is held by another owner',
@@ -59,6 +62,7 @@ const TIMEOUT_EXPLANATIONS: Record<AcquireTimeoutReason, string> = {
     'is held by this same client through another handle (acquire both with reentrant: true to share it)',
   'spent-in-transit':
     'was granted, but each grant arrived with less validity left than one round trip and was given back (raise ttlMs or waitMs)',
+  'no-free-permit': 'had no free permit',
 };
 
 /** The wait budget ran out without a lock; `reason` says why. */
@@ -71,7 +75,7 @@ export class AcquireTimeoutError extends DLockError {
     readonly reason: AcquireTimeoutReason = 'held-by-another-owner',
   ) {
     super(
-      `lock "${lockName}" ${TIMEOUT_EXPLANATIONS[reason]}; gave up after ${Math.round(waitedMs)} ms and ${attempts} attempt(s)`,
+      `${reason === 'no-free-permit' ? 'semaphore' : 'lock'} "${lockName}" ${TIMEOUT_EXPLANATIONS[reason]}; gave up after ${Math.round(waitedMs)} ms and ${attempts} attempt(s)`,
     );
   }
 }
@@ -134,4 +138,24 @@ export class ClientClosedError extends DLockError {
 /** The service behind the client cannot do what was asked (an election on a service without `inspect`). */
 export class UnsupportedError extends DLockError {
   readonly code = 'UNSUPPORTED';
+}
+
+/**
+ * A semaphore was asked for with a `permits` limit other than the one its current holders and waiters were admitted
+ * with: the service refuses rather than run a silently larger (or smaller) pool. Change a semaphore's limit only
+ * while it is idle, or use a new name.
+ */
+export class PermitsMismatchError extends DLockError {
+  readonly code = 'PERMITS_MISMATCH';
+  constructor(
+    readonly semaphoreName: string,
+    /** The limit this call asked for. */
+    readonly requested: number,
+    /** The limit the service holds for the semaphore's current holders and waiters. */
+    readonly stored: number,
+  ) {
+    super(
+      `semaphore "${semaphoreName}" is in use with permits: ${stored}; this call asked for permits: ${requested} (change the limit only while it is idle, or use another name)`,
+    );
+  }
 }

@@ -71,6 +71,10 @@ export class Handle implements LockHandle {
   readonly name: string;
   readonly fencingToken: bigint;
   readonly lease: Lease;
+  /** A permit's slot; undefined for a lock. */
+  readonly slot: number | undefined;
+  /** What the fencing token is for: the lock's name, or a permit's `<semaphore>#<slot>`. */
+  readonly resource: string;
   readonly acquiredAt: number;
   readonly reentrant: boolean;
   /** False for a lease granted once and left to run out (`renew: false`). */
@@ -112,6 +116,8 @@ export class Handle implements LockHandle {
     this.#host = init.host;
     this.lease = init.lease;
     this.name = init.lease.name;
+    this.slot = init.lease.slot;
+    this.resource = this.slot === undefined ? this.name : `${this.name}#${this.slot}`;
     this.fencingToken = init.lease.fencingToken;
     this.ttlMs = init.ttlMs;
     this.expiresAt = init.expiresAt;
@@ -195,7 +201,7 @@ export class Handle implements LockHandle {
     if (this.#state !== 'held') return null;
     this.#state = 'lost';
     this.holds = 0;
-    this.#lostError = new LockLostError(this.name, this.fencingToken, reason, { cause });
+    this.#lostError = new LockLostError(this.resource, this.fencingToken, reason, { cause });
     this.#end();
     const callbacks = this.#lostCallbacks ?? [];
     this.#lostCallbacks = undefined;
@@ -209,6 +215,6 @@ export class Handle implements LockHandle {
 
   /** Why the handle ended: its loss, or a release. */
   #endReason(): Error {
-    return this.#lostError ?? new LockReleasedError(this.name, this.fencingToken);
+    return this.#lostError ?? new LockReleasedError(this.resource, this.fencingToken);
   }
 }

@@ -21,6 +21,7 @@ export {
   LockLostError,
   LockReleasedError,
   type LostReason,
+  PermitsMismatchError,
   TransportError,
   UnsupportedError,
 } from './errors.js';
@@ -36,6 +37,7 @@ export {
   type RetryOptions,
   validateName,
 } from './options.js';
+export { type Permit, type PermitOptions, Semaphore, type SemaphoreOptions } from './semaphore/semaphore.js';
 export {
   type AcquireRequest,
   type AcquireResult,
@@ -44,6 +46,8 @@ export {
   type LockInfo,
   type LockService,
   MAX_METADATA_BYTES,
+  MAX_PERMITS,
+  type PermitRequest,
   type RenewRequest,
   type RenewResult,
 } from './service.js';

@@ -26,14 +26,22 @@ export interface Grant {
    * it takes the whole time since the validity anchor as that round trip, which counts every request twice.
    */
   readonly roundTripMs?: number;
+  /** For a permit of a semaphore (`acquirePermit`): the slot it holds, `0 … permits − 1`. Absent for a lock. */
+  readonly slot?: number;
 }
 
-/** What core needs to name one grant in `renew` and `release`. */
+/**
+ * What core needs to name one grant in `renew` and `release`. With `slot` set it names a semaphore's permit: slot
+ * `slot` of the semaphore `name`, which lives apart from any lock of the same name.
+ */
 export interface Lease {
   readonly name: string;
   readonly ownerId: string;
   readonly ownershipToken: string;
+  /** For a permit: strictly increasing per slot (`name#slot`) across successive holders. */
   readonly fencingToken: bigint;
+  /** Set for a semaphore's permit only. */
+  readonly slot?: number;
 }
 
 export interface AcquireRequest {
@@ -56,6 +64,18 @@ export interface AcquireRequest {
    */
   readonly metadata?: string;
 }
+
+/**
+ * One attempt to take a permit of the semaphore `name`, which admits at most `permits` holders at once. `ttlMs`,
+ * `waitMs`, `signal` and `metadata` mean what they mean for a lock.
+ */
+export interface PermitRequest extends AcquireRequest {
+  /** The limit, 1 … {@link MAX_PERMITS}; the service stores it with every holder and waiter. */
+  readonly permits: number;
+}
+
+/** The largest `permits` a semaphore may have. */
+export const MAX_PERMITS = 10_000;
 
 /** The largest metadata core passes to a service, in UTF-8 bytes. */
 export const MAX_METADATA_BYTES = 1_024;
@@ -139,4 +159,23 @@ export interface LockService {
    * subscription becomes active asynchronously should call `onChange` once when it does. Returns an unsubscribe.
    */
   watchChanges?(name: string, onChange: () => void): () => void;
+  /**
+   * Optional, needed for semaphores: takes a free slot of the semaphore `request.name` for `request.ttlMs` and answers
+   * with a grant whose `slot` is set and whose fencing token is strictly increasing per slot (from the same
+   * restart-safe source as lock tokens). Never more than `permits` leases of one semaphore may be open at once.
+   *
+   * Waiters queue on the service in arrival order (by the service's order, never by client clocks) for up to
+   * `waitMs`, and a release wakes the first waiter only; `waitMs: 0` takes a slot only if one is free and nobody
+   * queues, and never queues. Leaving (deadline, abort) removes the attempt's queue entry, as for locks; core's
+   * `acquireInQueue` gives all of this for a {@link QueueDriver}.
+   *
+   * Renew, `renewMany` and `release` take the permit's lease (`slot` set). Throws `PermitsMismatchError` when holders
+   * or waiters of the semaphore were admitted with another `permits`.
+   */
+  acquirePermit?(request: PermitRequest): Promise<AcquireResult>;
+  /**
+   * Optional, with `acquirePermit`: how many of the semaphore's `permits` slots no open lease holds right now, read
+   * from the service. Throws `PermitsMismatchError` like `acquirePermit`.
+   */
+  availablePermits?(name: string, permits: number): Promise<number>;
 }

@@ -1,0 +1,52 @@
+import { InvalidArgumentError } from '../errors.js';
+import { rejectUnknownKeys } from '../option-keys.js';
+import { MAX_TIMER_MS, MIN_TTL_MS, type ResolvedAcquireOptions, resolveAcquireOptions } from '../options.js';
+import { MAX_PERMITS } from '../service.js';
+import type { PermitOptions, SemaphoreOptions } from './semaphore.js';
+
+const SEMAPHORE_KEYS = ['permits', 'ttlMs'] as const;
+// A permit is never reentrant (each acquire is one more slot) and takes its TTL from the semaphore.
+const PERMIT_KEYS = ['waitMs', 'signal', 'onLost', 'renew', 'metadata'] as const;
+const TRY_PERMIT_KEYS = ['signal', 'onLost', 'renew', 'metadata'] as const;
+
+export interface ResolvedSemaphoreOptions {
+  readonly permits: number;
+  readonly ttlMs: number;
+}
+
+export function resolveSemaphoreOptions(options: unknown): ResolvedSemaphoreOptions {
+  if (typeof options !== 'object' || options === null || Array.isArray(options)) {
+    throw new InvalidArgumentError('options', 'must be an object with permits and ttlMs');
+  }
+  const o = options as Readonly<Record<string, unknown>>;
+  rejectUnknownKeys(o, 'options', SEMAPHORE_KEYS);
+  const permits = o['permits'];
+  if (typeof permits !== 'number' || !Number.isInteger(permits) || permits < 1 || permits > MAX_PERMITS) {
+    throw new InvalidArgumentError('options.permits', `must be an integer from 1 to ${MAX_PERMITS}`);
+  }
+  const ttlMs = o['ttlMs'];
+  if (typeof ttlMs !== 'number' || !Number.isInteger(ttlMs) || ttlMs < MIN_TTL_MS || ttlMs > MAX_TIMER_MS) {
+    throw new InvalidArgumentError(
+      'options.ttlMs',
+      `must be an integer from ${MIN_TTL_MS} to ${MAX_TIMER_MS}`,
+    );
+  }
+  return { permits, ttlMs };
+}
+
+/** `tryAcquire` takes no `waitMs`: it never queues. */
+export function resolvePermitOptions(
+  options: PermitOptions | undefined,
+  ttlMs: number,
+  tryOnce: boolean,
+): ResolvedAcquireOptions {
+  const given: unknown = options ?? {};
+  if (typeof given !== 'object' || given === null || Array.isArray(given)) {
+    throw new InvalidArgumentError('options', 'must be an object');
+  }
+  const o = given as Readonly<Record<string, unknown>>;
+  rejectUnknownKeys(o, 'options', tryOnce ? TRY_PERMIT_KEYS : PERMIT_KEYS);
+  return resolveAcquireOptions({ ...o, ttlMs });
+}
+
+export type { SemaphoreOptions };
