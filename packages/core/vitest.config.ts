@@ -8,11 +8,22 @@ import { defineConfig } from 'vitest/config';
 // dependency and needs nothing built before its own tests.
 export default defineConfig({
   resolve: {
-    alias: {
-      '@dlock/core': fileURLToPath(new URL('./src/index.ts', import.meta.url)),
-      '@dlock/testing': fileURLToPath(new URL('../testing/src/index.ts', import.meta.url)),
-      '@dlock/test-utils': fileURLToPath(new URL('../test-utils/src/index.ts', import.meta.url)),
-    },
+    // Exact matches, the subpath first: a prefix alias for '@dlock/core' would swallow '@dlock/core/adapter'.
+    alias: [
+      {
+        find: /^@dlock\/core\/adapter$/,
+        replacement: fileURLToPath(new URL('./src/adapter/index.ts', import.meta.url)),
+      },
+      { find: /^@dlock\/core$/, replacement: fileURLToPath(new URL('./src/index.ts', import.meta.url)) },
+      {
+        find: /^@dlock\/testing$/,
+        replacement: fileURLToPath(new URL('../testing/src/index.ts', import.meta.url)),
+      },
+      {
+        find: /^@dlock\/test-utils$/,
+        replacement: fileURLToPath(new URL('../test-utils/src/index.ts', import.meta.url)),
+      },
+    ],
   },
   test: {
     include: ['src/**/*.test.ts', 'test/**/*.test.ts'],

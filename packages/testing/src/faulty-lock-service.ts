@@ -2,14 +2,17 @@ import {
   type AcquireRequest,
   type AcquireResult,
   type Clock,
+  InvalidArgumentError,
   type Lease,
   type LockInfo,
   type LockService,
+  type PermitRequest,
   type RenewRequest,
   type RenewResult,
   systemClock,
   TransportError,
 } from '@dlock/core';
+import { rejectUnknownKeys } from '@dlock/core/adapter';
 
 export type PartitionMode =
   /** Calls fail at once with a `TransportError` (connection refused). */
@@ -47,8 +50,16 @@ export class FaultyLockService implements LockService {
   readonly watchChanges?: (name: string, onChange: () => void) => () => void;
   readonly renewMany?: (requests: readonly RenewRequest[]) => Promise<readonly RenewResult[]>;
   readonly watchLeases?: (onLost: (ownershipTokens: readonly string[]) => void) => () => void;
+  /** Counted as `acquire`: a permit's acquire crosses the same faults. */
+  readonly acquirePermit?: (request: PermitRequest) => Promise<AcquireResult>;
+  /** Counted as `inspect`: a read of the service. */
+  readonly availablePermits?: (name: string, permits: number) => Promise<number>;
 
   constructor(inner: LockService, options: { clock?: Clock } = {}) {
+    if (typeof options !== 'object' || options === null) {
+      throw new InvalidArgumentError('options', 'must be an object');
+    }
+    rejectUnknownKeys(options, 'options', ['clock']);
     this.#inner = inner;
     this.#clock = options.clock ?? systemClock;
     const innerMany = inner.renewMany?.bind(inner);
@@ -65,6 +76,12 @@ export class FaultyLockService implements LockService {
     if (innerUpdate) {
       this.updateMetadata = (lease, metadata) =>
         this.#call('updateMetadata', () => innerUpdate(lease, metadata));
+    }
+    const innerPermit = inner.acquirePermit?.bind(inner);
+    if (innerPermit) this.acquirePermit = (request) => this.#call('acquire', () => innerPermit(request));
+    const innerAvailable = inner.availablePermits?.bind(inner);
+    if (innerAvailable) {
+      this.availablePermits = (name, permits) => this.#call('inspect', () => innerAvailable(name, permits));
     }
     const innerChanges = inner.watchChanges?.bind(inner);
     if (innerChanges) {

@@ -1,14 +1,20 @@
 import { randomBytes } from 'node:crypto';
 import { type Clock, systemClock } from '../clock.js';
+import { InvalidArgumentError } from '../errors.js';
+import { rejectUnknownKeys } from '../option-keys.js';
+import { acquireInQueue } from '../queue/acquire-in-queue.js';
+import { BackgroundRetries } from '../queue/background-retries.js';
 import type {
   AcquireRequest,
   AcquireResult,
   Lease,
   LockInfo,
   LockService,
+  PermitRequest,
   RenewRequest,
   RenewResult,
 } from '../service.js';
+import { MemorySemaphores } from './memory-semaphores.js';
 
 interface Entry {
   readonly ownershipToken: string;
@@ -39,8 +45,38 @@ export class MemoryLockService implements LockService {
   /** Ownership tokens are this random prefix plus the fencing token: unique, unguessable, and cheap to make. */
   readonly #tokenPrefix = randomBytes(16).toString('base64url');
 
+  readonly #semaphores: MemorySemaphores;
+  readonly #cleanups: BackgroundRetries;
+
   constructor(options: MemoryLockServiceOptions = {}) {
+    if (typeof options !== 'object' || options === null) {
+      throw new InvalidArgumentError('options', 'must be an object');
+    }
+    rejectUnknownKeys(options, 'options', ['clock']);
     this.#clock = options.clock ?? systemClock;
+    this.#semaphores = new MemorySemaphores(
+      this.#clock,
+      () => {
+        this.#lastToken += 1n;
+        return this.#lastToken;
+      },
+      () => `${this.#tokenPrefix}.p${randomBytes(6).toString('base64url')}`,
+    );
+    // Nothing here can fail to leave; the queue algorithm still wants somewhere to retry.
+    this.#cleanups = new BackgroundRetries(this.#clock);
+  }
+
+  /** A permit of a semaphore, FIFO: core's queue algorithm over the in-process semaphore driver. */
+  acquirePermit(request: PermitRequest): Promise<AcquireResult> {
+    return acquireInQueue(this.#semaphores, request, {
+      clock: this.#clock,
+      cleanups: this.#cleanups,
+      cleanupHorizonMs: (r) => r.ttlMs,
+    });
+  }
+
+  async availablePermits(name: string, permits: number): Promise<number> {
+    return this.#semaphores.available(name, permits);
   }
 
   async acquire(request: AcquireRequest): Promise<AcquireResult> {
@@ -70,6 +106,7 @@ export class MemoryLockService implements LockService {
   }
 
   async release(lease: Lease): Promise<boolean> {
+    if (lease.slot !== undefined) return this.#semaphores.release(lease);
     const current = this.#live(lease.name);
     if (current?.ownershipToken !== lease.ownershipToken) return false;
     this.#locks.delete(lease.name);
@@ -110,6 +147,7 @@ export class MemoryLockService implements LockService {
   }
 
   #renew(request: RenewRequest): RenewResult {
+    if (request.lease.slot !== undefined) return this.#semaphores.renew(request);
     const current = this.#live(request.lease.name);
     if (current?.ownershipToken !== request.lease.ownershipToken) return { renewed: false };
     current.expiresAt = this.#clock.monotonic() + request.ttlMs;

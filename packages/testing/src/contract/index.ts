@@ -5,3 +5,4 @@ export {
   type LockServiceContractOptions,
   lockServiceContract,
 } from './lock-service-contract.js';
+export { type SemaphoreContractOptions, semaphoreContract } from './semaphore-contract.js';
