@@ -34,6 +34,8 @@ export interface RangeRequestLike {
   sort_target?: 'Key' | 'Create';
   keys_only?: boolean;
   max_create_revision?: string;
+  /** Only the `count` of the range, no keys. */
+  count_only?: boolean;
 }
 
 export interface RangeResponseLike {
@@ -61,22 +63,27 @@ export interface RequestOpLike {
   request_range?: RangeRequestLike;
   request_put?: PutRequestLike;
   request_delete_range?: DeleteRangeRequestLike;
+  /** A nested transaction (etcd ≥ 3.3): its own comparisons decide its own branch. */
+  request_txn?: TxnRequestLike;
 }
 
 export interface ResponseOpLike {
   readonly response_range?: RangeResponseLike | null;
   readonly response_delete_range?: DeleteRangeResponseLike | null;
+  readonly response_txn?: TxnResponseLike | null;
 }
 
 export interface CompareLike {
-  result?: 'Equal';
-  target?: 'Create' | 'Lease';
+  result?: 'Equal' | 'Greater';
+  target?: 'Create' | 'Lease' | 'Value';
   key?: Buffer;
   /** With it, the comparison must hold for every key in `[key, range_end)` (vacuously true for none). */
   range_end?: Buffer;
   create_revision?: string;
   /** With target `Lease`: the id of the lease the key is attached to (etcd ≥ 3.3). */
   lease?: string;
+  /** With target `Value`: the key's whole value (fails for a key that does not exist). */
+  value?: Buffer;
 }
 
 export interface TxnRequestLike {

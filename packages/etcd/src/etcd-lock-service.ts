@@ -5,20 +5,28 @@ import {
   type Lease,
   type LockInfo,
   type LockService,
+  type PermitRequest,
   type RenewRequest,
   type RenewResult,
   systemClock,
 } from '@dlock/core';
-import { acquireInQueue, BackgroundRetries, linkSignals, type QueueTools } from '@dlock/core/adapter';
+import {
+  acquireInQueue,
+  BackgroundRetries,
+  linkSignals,
+  type QueueDriver,
+  type QueueTools,
+} from '@dlock/core/adapter';
 import { ChangeFeeds } from './change-feeds.js';
 import type { KvClientLike } from './client-like.js';
 import { EtcdServiceClosedError } from './errors.js';
 import { EtcdProtocol, SESSION_CLEANUP_MS } from './etcd-protocol.js';
 import { EtcdReleaseWatch } from './etcd-release-watch.js';
+import { EtcdSemaphoreProtocol } from './etcd-semaphore-protocol.js';
 import { EtcdSession, seconds } from './etcd-session.js';
 import { inspectLock } from './inspect.js';
 import { lockDirectory, prefixRangeEnd } from './keys.js';
-import { type EtcdLockServiceOptions, resolveOptions } from './options.js';
+import { type EtcdLockServiceOptions, resolveOptions, validatePermits } from './options.js';
 import { EtcdRequests } from './requests.js';
 
 /**
@@ -34,6 +42,8 @@ import { EtcdRequests } from './requests.js';
  * - Elections (etcd's `concurrency.Election` layout): the metadata is the key's value, written with the key;
  *   `inspect` reads the first key of the directory, `updateMetadata` rewrites the value if the key is still ours,
  *   `watchChanges` watches the directory (one watch per name, shared).
+ * - Semaphores (`acquirePermit`, see `EtcdSemaphoreProtocol`): a permit is a slot key created under the lease only if
+ *   absent; its token is that key's create revision. Waiters queue in FIFO order, one wake-up per release.
  *
  * @example
  * ```ts
@@ -52,6 +62,7 @@ export class EtcdLockService implements LockService {
   readonly #kv: KvClientLike;
   readonly #requests: EtcdRequests;
   readonly #protocol: EtcdProtocol;
+  readonly #semaphores: EtcdSemaphoreProtocol;
   readonly #cleanups: BackgroundRetries;
   readonly #queue: QueueTools;
   readonly #leaseListeners = new Set<(ownershipTokens: readonly string[]) => void>();
@@ -74,14 +85,16 @@ export class EtcdLockService implements LockService {
     this.#changes = new ChangeFeeds(this.#watches, resolved.prefix);
     this.#kv = client.kv;
     this.#requests = requests;
-    this.#protocol = new EtcdProtocol({
+    const parts = {
       kv: client.kv,
       requests,
       session: this.#session,
       watch: this.#watches,
       cleanups: this.#cleanups,
       prefix: resolved.prefix,
-    });
+    };
+    this.#protocol = new EtcdProtocol(parts);
+    this.#semaphores = new EtcdSemaphoreProtocol(parts);
     this.#queue = {
       clock,
       cleanups: this.#cleanups,
@@ -101,32 +114,44 @@ export class EtcdLockService implements LockService {
 
   async acquire(request: AcquireRequest): Promise<AcquireResult> {
     this.#assertOpen();
-    // close() ends a pending acquire as the caller giving up would: core gives back whatever it won meanwhile.
-    const signal = linkSignals(request.signal, this.#closing.signal);
-    const acquiring = acquireInQueue(this.#protocol, { ...request, signal: signal.signal }, this.#queue);
-    this.#acquiring.add(acquiring);
-    try {
-      return await acquiring;
-    } finally {
-      this.#acquiring.delete(acquiring);
-      signal.dispose();
-    }
+    return this.#inQueue(this.#protocol, request);
+  }
+
+  /**
+   * A permit of the semaphore `request.name` (at most `request.permits` held at once): a free slot when nobody
+   * queues, else a place in the semaphore's FIFO queue for up to `waitMs`. Rejects with `PermitsMismatchError` while
+   * holders or waiters of the semaphore were admitted with another limit.
+   */
+  async acquirePermit(request: PermitRequest): Promise<AcquireResult> {
+    this.#assertOpen();
+    validatePermits(request.permits, 'request.permits');
+    return this.#inQueue(this.#semaphores, request);
+  }
+
+  /** Free slots of the semaphore right now, in one read (`PermitsMismatchError` as for `acquirePermit`). */
+  async availablePermits(name: string, permits: number): Promise<number> {
+    this.#assertOpen();
+    validatePermits(permits, 'permits');
+    return this.#semaphores.available(name, permits);
   }
 
   async renew(request: RenewRequest): Promise<RenewResult> {
     this.#assertOpen();
-    return this.#protocol.renew(request);
+    return this.#renewOne(request);
   }
 
-  /** Concurrent renewals of locks on one lease share one keep-alive, so a batch costs one per distinct lease. */
+  /**
+   * Concurrent renewals of grants (locks and permits alike) on one lease share one keep-alive, so a batch costs one
+   * per distinct lease.
+   */
   async renewMany(requests: readonly RenewRequest[]): Promise<readonly RenewResult[]> {
     this.#assertOpen();
-    return Promise.all(requests.map((request) => this.#protocol.renew(request)));
+    return Promise.all(requests.map((request) => this.#renewOne(request)));
   }
 
   async release(lease: Lease): Promise<boolean> {
     this.#assertOpen();
-    return this.#protocol.release(lease);
+    return lease.slot === undefined ? this.#protocol.release(lease) : this.#semaphores.release(lease);
   }
 
   /**
@@ -199,12 +224,29 @@ export class EtcdLockService implements LockService {
     await Promise.allSettled([...this.#acquiring]);
     this.#watches.close();
     this.#changes.clear();
-    const ownLeases = this.#protocol.forgetAll();
+    const ownLeases = [...this.#protocol.forgetAll(), ...this.#semaphores.forgetAll()];
     await Promise.allSettled([
       this.#cleanups.close(),
       ...ownLeases.map((lease) => this.#session.revoke(lease)),
     ]);
     await this.#session.close();
+  }
+
+  async #inQueue<C, W>(driver: QueueDriver<C, W>, request: AcquireRequest): Promise<AcquireResult> {
+    // close() ends a pending acquire as the caller giving up would: core gives back whatever it won meanwhile.
+    const signal = linkSignals(request.signal, this.#closing.signal);
+    const acquiring = acquireInQueue(driver, { ...request, signal: signal.signal }, this.#queue);
+    this.#acquiring.add(acquiring);
+    try {
+      return await acquiring;
+    } finally {
+      this.#acquiring.delete(acquiring);
+      signal.dispose();
+    }
+  }
+
+  #renewOne(request: RenewRequest): Promise<RenewResult> {
+    return request.lease.slot === undefined ? this.#protocol.renew(request) : this.#semaphores.renew(request);
   }
 
   #assertOpen(): void {
@@ -213,6 +255,7 @@ export class EtcdLockService implements LockService {
 
   #sessionLost(tokens: readonly string[]): void {
     this.#protocol.forgetLost(tokens);
+    this.#semaphores.forgetLost(tokens);
     if (tokens.length === 0) return;
     for (const listener of [...this.#leaseListeners]) {
       try {

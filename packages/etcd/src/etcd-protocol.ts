@@ -67,14 +67,19 @@ interface Written {
 }
 
 /** A queued claim re-reads its position this often even without a watch event, in case the watch broke silently. */
-const POLL_FLOOR_MS = 5_000;
+export const POLL_FLOOR_MS = 5_000;
 /** Pause before re-reading after a failed re-read, so an unreachable etcd is not hammered. */
-const RETRY_PAUSE_MS = 100;
+export const RETRY_PAUSE_MS = 100;
 
 const GONE = { kind: 'gone' } as const;
 const PAUSE: Standing<Wait> = { kind: 'behind', wait: { pauseMs: RETRY_PAUSE_MS } };
 
-const byCreate = (directory: Buffer, rangeEnd: Buffer, order: 'Ascend' | 'Descend', limit: number) => ({
+export const byCreate = (
+  directory: Buffer,
+  rangeEnd: Buffer,
+  order: 'Ascend' | 'Descend',
+  limit: number,
+) => ({
   key: directory,
   range_end: rangeEnd,
   sort_target: 'Create' as const,
@@ -83,7 +88,7 @@ const byCreate = (directory: Buffer, rangeEnd: Buffer, order: 'Ascend' | 'Descen
   keys_only: true,
 });
 
-const rangeKvs = (response: TxnResponseLike, index: number): readonly KeyValueLike[] =>
+export const rangeKvs = (response: TxnResponseLike, index: number): readonly KeyValueLike[] =>
   response.responses[index]?.response_range?.kvs ?? [];
 
 /** Create revision of our key after the write: the transaction's own revision if it succeeded, else its re-read. */
@@ -316,11 +321,7 @@ export class EtcdProtocol implements QueueDriver<Claim, Wait> {
     if (!known && writing) throw new TransportError('etcd acquire: a write given up on may still land');
   }
 
-  /**
-   * One keep-alive of the lock's lease. A session keep-alive sent at most a sixth of the TTL ago answers for every
-   * lock on the session: this is what makes 1,000 locks cost one keep-alive per renewal interval. The TTL reported
-   * counts from this call, so core's validity never extends past what that keep-alive proved.
-   */
+  /** One keep-alive of the lock's lease, or a share of a recent one on a session (see `EtcdSession.renewal`). */
   async renew(request: RenewRequest): Promise<RenewResult> {
     const token = request.lease.ownershipToken;
     const held = this.#lookup(request.lease);
@@ -329,15 +330,13 @@ export class EtcdProtocol implements QueueDriver<Claim, Wait> {
       this.#drop(token, held);
       return { renewed: false };
     }
-    const calledAt = this.#requests.clock.monotonic();
-    const notBefore = held.lease.session ? calledAt - held.lease.ttlMs / 6 : calledAt;
-    const outcome = await this.#session.keepAlive(held.lease, notBefore);
-    if (!outcome.alive) {
+    const ttlMs = await this.#session.renewal(held.lease);
+    if (ttlMs === undefined) {
       this.#drop(token, held);
       return { renewed: false };
     }
     if (this.#held.get(token) !== held) return { renewed: false };
-    return { renewed: true, ttlMs: Math.floor(outcome.sentAt + held.lease.ttlMs - calledAt) };
+    return { renewed: true, ttlMs };
   }
 
   /** A lease per lock is revoked (deleting its key); a session's key is deleted if its create revision matches. */
@@ -604,18 +603,18 @@ export const SESSION_CLEANUP_MS = 30_000;
  * expressed that way; then `ttlMs` is what is left of the lease, counted from the call's start (never less than
  * the TTL asked for: the session is refreshed beside the write otherwise).
  */
-function validity(lease: TrackedLease, startedAt: number): { ttlMs: number; queuedMs?: number } {
+export function validity(lease: TrackedLease, startedAt: number): { ttlMs: number; queuedMs?: number } {
   const queuedMs = lease.confirmedAt - startedAt;
   if (queuedMs >= 0) return { ttlMs: lease.ttlMs, queuedMs };
   return { ttlMs: Math.floor(lease.expiresAt - startedAt) };
 }
 
 /** The lease of a claim core checks or waits on: enqueue set it before saying the claim was queued. */
-function leaseOf(claim: Claim): TrackedLease {
+export function leaseOf(claim: { readonly lease: TrackedLease | undefined }): TrackedLease {
   if (!claim.lease) throw new TransportError('etcd: a claim was checked before it was written');
   return claim.lease;
 }
 
-function asError(value: unknown): Error {
+export function asError(value: unknown): Error {
   return value instanceof Error ? value : new TransportError(String(value));
 }

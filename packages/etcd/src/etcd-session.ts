@@ -161,6 +161,19 @@ export class EtcdSession {
   }
 
   /**
+   * A renewal of a grant on `lease`: one keep-alive, or a share of a session keep-alive sent at most a sixth of the
+   * TTL ago (which answers for every grant on the session: 1,000 locks cost one keep-alive per renewal interval).
+   * Resolves with the TTL left counted from this call, so a grant's validity never extends past what the keep-alive
+   * proved, or undefined when etcd no longer knows the lease.
+   */
+  async renewal(lease: TrackedLease): Promise<number | undefined> {
+    const calledAt = this.#clock.monotonic();
+    const notBefore = lease.session ? calledAt - lease.ttlMs / 6 : calledAt;
+    const outcome = await this.keepAlive(lease, notBefore);
+    return outcome.alive ? Math.floor(outcome.sentAt + lease.ttlMs - calledAt) : undefined;
+  }
+
+  /**
    * Resolves true if the lease existed. Revoking deletes every key attached to it, in one raft entry. `timeoutMs`
    * bounds this one try (default: the request timeout).
    */

@@ -62,3 +62,72 @@ export function prefixRangeEnd(start: Buffer): Buffer {
 export function newOwnershipToken(): string {
   return randomUUID();
 }
+
+/**
+ * A semaphore's keys, apart from every lock's: `<prefix>%sem/<escaped name>/<permits>/q/<service id>_<n>` for a
+ * waiter and `<prefix>%sem/<escaped name>/<permits>/s/<slot>` for the holder of a slot, each on its owner's lease.
+ * No escaped lock name can be `%sem` (an escaped `%` is always followed by `25` or `2F`), so no lock directory holds
+ * a semaphore key, whatever the two are named.
+ *
+ * The limit is part of the path so that etcd can check it in the same transaction as every write: "no key of this
+ * semaphore outside my `<permits>/` directory" is two range comparisons (`create_revision == 0` holds for every key of
+ * an empty range), whereas a value comparison over a range fails on an empty one.
+ */
+export interface SemaphoreLayout {
+  readonly name: string;
+  readonly permits: number;
+  /** `<prefix>%sem/<escaped name>/`: every key of the semaphore, whatever its limit. */
+  readonly directory: Buffer;
+  readonly directoryEnd: Buffer;
+  /** `<directory><permits>/`: the keys written with this limit. */
+  readonly limitDirectory: Buffer;
+  readonly limitEnd: Buffer;
+  /** `<limitDirectory>q/`: waiters, in create-revision order. */
+  readonly queue: Buffer;
+  readonly queueEnd: Buffer;
+  /** `<limitDirectory>s/`: holders, one key per slot. */
+  readonly slots: Buffer;
+  readonly slotsEnd: Buffer;
+}
+
+export function semaphoreLayout(prefix: string, name: string, permits: number): SemaphoreLayout {
+  const directory = Buffer.from(`${prefix}%sem/${escapeName(name)}/`, 'utf8');
+  const limitDirectory = Buffer.concat([directory, Buffer.from(`${permits}/`, 'latin1')]);
+  const queue = Buffer.concat([limitDirectory, Buffer.from('q/', 'latin1')]);
+  const slots = Buffer.concat([limitDirectory, Buffer.from('s/', 'latin1')]);
+  return {
+    name,
+    permits,
+    directory,
+    directoryEnd: prefixRangeEnd(directory),
+    limitDirectory,
+    limitEnd: prefixRangeEnd(limitDirectory),
+    queue,
+    queueEnd: prefixRangeEnd(queue),
+    slots,
+    slotsEnd: prefixRangeEnd(slots),
+  };
+}
+
+/** The key of the holder of `slot`: one name per slot, shared by its successive holders. */
+export function slotKey(layout: SemaphoreLayout, slot: number): Buffer {
+  return Buffer.concat([layout.slots, Buffer.from(String(slot), 'latin1')]);
+}
+
+/** The slot a slot key names; undefined for a key that is not one (never written by this package). */
+export function slotOf(layout: SemaphoreLayout, key: Buffer): number | undefined {
+  if (key.length <= layout.slots.length || !key.subarray(0, layout.slots.length).equals(layout.slots)) {
+    return undefined;
+  }
+  const text = key.subarray(layout.slots.length).toString('latin1');
+  const slot = Number(text);
+  return /^(0|[1-9][0-9]*)$/.test(text) && slot < layout.permits ? slot : undefined;
+}
+
+/** The limit a key of the semaphore was written with (the path segment after its directory), if it has one. */
+export function limitOf(layout: SemaphoreLayout, key: Buffer): number | undefined {
+  if (!key.subarray(0, layout.directory.length).equals(layout.directory)) return undefined;
+  const rest = key.subarray(layout.directory.length).toString('latin1');
+  const match = /^([1-9][0-9]*)\//.exec(rest);
+  return match ? Number(match[1]) : undefined;
+}

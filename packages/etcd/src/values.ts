@@ -17,3 +17,34 @@ export function decodeMetadata(value: Buffer | undefined): string | undefined {
   if (value === undefined || value[0] === NO_METADATA) return undefined;
   return value.toString('utf8');
 }
+
+/**
+ * A semaphore key's value: a small JSON record with the limit the holder or waiter was admitted with, its owner id,
+ * a random id of the acquire attempt (what a delete compares against when the key's create revision is unknown) and
+ * the metadata, if any. JSON so that `etcdctl get` shows it and a field (a weight) can be added later.
+ */
+export interface PermitRecord {
+  readonly permits: number;
+  readonly owner: string;
+  readonly attempt: string;
+  readonly metadata?: string;
+}
+
+export function encodePermitRecord(record: PermitRecord): Buffer {
+  return Buffer.from(JSON.stringify(record), 'utf8');
+}
+
+/** The record of a semaphore key's value, or undefined for one this package did not write. */
+export function decodePermitRecord(value: Buffer | undefined): PermitRecord | undefined {
+  if (value === undefined) return undefined;
+  try {
+    const parsed: unknown = JSON.parse(value.toString('utf8'));
+    if (typeof parsed !== 'object' || parsed === null) return undefined;
+    const { permits, owner, attempt } = parsed as Record<string, unknown>;
+    if (typeof permits !== 'number' || typeof owner !== 'string' || typeof attempt !== 'string')
+      return undefined;
+    return parsed as PermitRecord;
+  } catch {
+    return undefined;
+  }
+}

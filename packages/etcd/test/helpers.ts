@@ -31,7 +31,10 @@ export function countingClient(client: Etcd3): { client: EtcdClientLike; counts:
     putKeys: [],
   };
   const classify = (request: TxnRequestLike): void => {
-    const ops = request.success ?? [];
+    // A nested transaction's branches count as the request's own (a semaphore's enqueue nests its writes).
+    const ops = (request.success ?? []).flatMap((op) =>
+      op.request_txn ? [...(op.request_txn.success ?? []), ...(op.request_txn.failure ?? [])] : [op],
+    );
     const put = ops.find((op) => op.request_put)?.request_put;
     if (put) {
       counts.enqueue += 1;
