@@ -29,6 +29,8 @@ export interface ZooKeeperStateLike {
 export interface ZooKeeperOpResultLike {
   readonly type: number;
   readonly err?: number;
+  /** The created path, for a create that succeeded. */
+  readonly path?: string;
 }
 
 export type ZooKeeperWatcher = (event: unknown) => void;
@@ -36,6 +38,12 @@ export type ZooKeeperCallback<T> = (error: Error | null | undefined, value: T) =
 
 export interface ZooKeeperTransactionLike {
   check(path: string, version?: number): ZooKeeperTransactionLike;
+  /**
+   * Needed only by semaphores (`acquirePermit`), so a client without them is still accepted for locks; that call
+   * then rejects with an `UnsupportedError`. node-zookeeper-client's own transaction has both.
+   */
+  create?(path: string, data: Buffer, mode: number): ZooKeeperTransactionLike;
+  remove?(path: string, version?: number): ZooKeeperTransactionLike;
   commit(
     callback: (error: Error | null | undefined, results?: readonly ZooKeeperOpResultLike[]) => void,
   ): void;
@@ -95,7 +103,7 @@ export const STATE = {
 } as const;
 
 /** `CreateMode` values (the wire flags). */
-export const CREATE_MODE = { PERSISTENT: 0, EPHEMERAL_SEQUENTIAL: 3 } as const;
+export const CREATE_MODE = { PERSISTENT: 0, EPHEMERAL: 1, EPHEMERAL_SEQUENTIAL: 3 } as const;
 
 /**
  * Drops the client's TCP connection so that it reconnects (or, while closing, finishes closing).

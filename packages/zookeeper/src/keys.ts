@@ -105,3 +105,65 @@ export function validRoot(root: string): boolean {
   if (segments[0] === 'zookeeper') return false;
   return segments.every((s) => s.length > 0 && s !== '.' && s !== '..' && !REJECTED.test(s));
 }
+
+/**
+ * Where semaphores live, apart from locks: `<keyPrefix>/.semaphores/<encoded name>`. No lock parent can have this
+ * name (an encoded lock name never starts with `.`), so a lock and a semaphore of the same name never share a node.
+ */
+export const SEMAPHORES_NODE = '.semaphores';
+
+export function semaphoresRootPath(root: string): string {
+  return `${root}/${SEMAPHORES_NODE}`;
+}
+
+/** The persistent node of one semaphore; its two children carry the limit in their names (see below). */
+export function semaphorePath(root: string, name: string): string {
+  return `${semaphoresRootPath(root)}/${encodeLockName(name)}`;
+}
+
+/** The waiters' parent of a semaphore run with `permits` slots: ephemeral sequential queue nodes, as for locks. */
+export function permitQueuePath(semaphore: string, permits: number): string {
+  return `${semaphore}/queue-${permits}`;
+}
+
+/** The holders' parent of a semaphore run with `permits` slots: one ephemeral node per held slot, named `0 … permits − 1`. */
+export function permitSlotsPath(semaphore: string, permits: number): string {
+  return `${semaphore}/slots-${permits}`;
+}
+
+const LIMIT_NODE = /^(queue|slots)-([1-9]\d{0,4})$/;
+
+/** The limit a child of a semaphore's node is for (`queue-4`, `slots-4`), or undefined for any other child. */
+export function limitOf(child: string): number | undefined {
+  const match = LIMIT_NODE.exec(child);
+  return match ? Number(match[2]) : undefined;
+}
+
+const SLOT_NODE = /^(0|[1-9]\d{0,4})$/;
+
+/** The slot a child of the holders' parent holds, if it is a slot node below `permits`. */
+export function slotOf(child: string, permits: number): number | undefined {
+  if (!SLOT_NODE.test(child)) return undefined;
+  const slot = Number(child);
+  return slot < permits ? slot : undefined;
+}
+
+/** The lowest slot no node holds, or undefined when all `permits` are held. */
+export function freeSlot(children: readonly string[], permits: number): number | undefined {
+  if (children.length === 0) return 0;
+  const held = new Set<number>();
+  for (const child of children) {
+    const slot = slotOf(child, permits);
+    if (slot !== undefined) held.add(slot);
+  }
+  if (held.size >= permits) return undefined;
+  for (let slot = 0; slot < permits; slot++) if (!held.has(slot)) return slot;
+  return undefined;
+}
+
+/** How many of the `permits` slots a listing of the holders' parent shows held. */
+export function heldSlots(children: readonly string[], permits: number): number {
+  let held = 0;
+  for (const child of children) if (slotOf(child, permits) !== undefined) held += 1;
+  return held;
+}

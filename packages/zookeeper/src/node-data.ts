@@ -34,3 +34,39 @@ export function decodeMetadata(data: Buffer | null | undefined): string | undefi
     return undefined;
   }
 }
+
+/**
+ * What a semaphore's queue and slot nodes hold: a JSON object, so that a record can grow (a weight, later) without a
+ * new layout, and a person reading the tree sees what each node is.
+ *
+ * - `permits`: the limit the holder or waiter was admitted with (also in its parent's name);
+ * - `owner`: the owner id; `attempt`: the acquire attempt's id, which finds a slot node whose create went unanswered;
+ * - `metadata`, when the permit has some.
+ */
+export interface PermitNodeData {
+  readonly permits: number;
+  readonly owner: string;
+  readonly attempt: string;
+  readonly metadata?: string;
+}
+
+export function encodePermitData(record: PermitNodeData): Buffer {
+  return Buffer.from(JSON.stringify(record), 'utf8');
+}
+
+/** The record in a semaphore node's data; undefined for data in any other form. */
+export function decodePermitData(data: Buffer | null | undefined): PermitNodeData | undefined {
+  if (!data || data.length === 0) return undefined;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(strictUtf8.decode(data));
+  } catch {
+    return undefined;
+  }
+  if (typeof parsed !== 'object' || parsed === null) return undefined;
+  const { permits, owner, attempt, metadata } = parsed as Record<string, unknown>;
+  if (typeof permits !== 'number' || typeof owner !== 'string' || typeof attempt !== 'string')
+    return undefined;
+  if (metadata !== undefined && typeof metadata !== 'string') return undefined;
+  return metadata === undefined ? { permits, owner, attempt } : { permits, owner, attempt, metadata };
+}

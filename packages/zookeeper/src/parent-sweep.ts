@@ -18,6 +18,14 @@ export interface ParentSweepDeps {
   readonly known: (parent: string) => boolean;
   /** Aborts when the service closes. */
   readonly closing: AbortSignal;
+  /**
+   * Another kind of parent than a lock's (a semaphore's node, with its own children): a stamp of the parent's
+   * state when it is idle and empty, which must stay the same for `idleMs` before the parent is deleted; undefined
+   * when it is in use or not of that kind. Default: a lock parent's (see `emptyLockParent`).
+   */
+  readonly idleStamp?: (session: Session, parent: string, name: string) => Promise<string | undefined>;
+  /** Deletes a parent found idle; failures (NotEmpty, NoNode) are fine. Default: `delete` of the parent alone. */
+  readonly remove?: (session: Session, parent: string) => Promise<unknown>;
 }
 
 /** An empty parent as one pass saw it: its pzxid changes with every child created or deleted under it. */
@@ -37,6 +45,11 @@ function emptyLockParent(name: string, stat: ZooKeeperStatLike): string | undefi
     return undefined;
   }
   return pzxid.toString('hex');
+}
+
+async function lockParentStamp(session: Session, parent: string, name: string): Promise<string | undefined> {
+  const stat = await session.exists(parent);
+  return stat ? emptyLockParent(name, stat) : undefined;
 }
 
 /**
@@ -112,13 +125,12 @@ export class ParentSweep {
   async #probe(session: Session, name: string): Promise<void> {
     const parent = `${this.#deps.root}/${name}`;
     const at = this.#deps.clock.monotonic();
-    let stat: ZooKeeperStatLike | null;
+    let pzxid: string | undefined;
     try {
-      stat = await session.exists(parent);
+      pzxid = await (this.#deps.idleStamp ?? lockParentStamp)(session, parent, name);
     } catch {
       return;
     }
-    const pzxid = stat ? emptyLockParent(name, stat) : undefined;
     const seen = this.#emptySince.get(name);
     if (pzxid === undefined) {
       this.#emptySince.delete(name);
@@ -127,7 +139,9 @@ export class ParentSweep {
     } else if (at - seen.at >= this.#deps.idleMs && !this.#deps.known(parent)) {
       this.#emptySince.delete(name);
       // NotEmpty (someone queued since) and NoNode (someone else deleted it) are both fine.
-      await session.remove(parent).catch(() => {});
+      await (this.#deps.remove ?? ((s: Session, path: string) => s.remove(path)))(session, parent).catch(
+        () => {},
+      );
     }
   }
 }

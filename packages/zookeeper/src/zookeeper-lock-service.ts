@@ -5,13 +5,14 @@ import type {
   Lease,
   LockInfo,
   LockService,
+  PermitRequest,
   RenewRequest,
   RenewResult,
 } from '@dlock/core';
 import { acquireInQueue, BackgroundRetries, CallDeadlines, type QueueTools } from '@dlock/core/adapter';
 import { ZooKeeperServiceClosedError } from './errors.js';
 import { ParentUse, Ticker } from './housekeeping.js';
-import { lockParentPath } from './keys.js';
+import { lockParentPath, semaphoresRootPath } from './keys.js';
 import { Leftovers } from './leftovers.js';
 import { readLockInfo } from './lock-info.js';
 import { resolveOptions, type ZooKeeperLockServiceOptions } from './options.js';
@@ -19,6 +20,11 @@ import { ParentSweep } from './parent-sweep.js';
 import { ZooKeeperChangeWatch } from './zookeeper-change-watch.js';
 import { ZooKeeperProtocol } from './zookeeper-protocol.js';
 import { ZooKeeperReleaseWatch } from './zookeeper-release-watch.js';
+import {
+  idleSemaphoreStamp,
+  removeIdleSemaphore,
+  ZooKeeperSemaphoreProtocol,
+} from './zookeeper-semaphore-protocol.js';
 import { Sessions } from './zookeeper-sessions.js';
 
 const noop = (): void => {};
@@ -63,11 +69,15 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
   readonly #closing = new AbortController();
   readonly #sessions: Sessions;
   readonly #protocol: ZooKeeperProtocol;
+  readonly #semaphores: ZooKeeperSemaphoreProtocol;
+  /** Semaphore nodes this service uses; deleted (with their two parents) once idle, like lock parents. */
+  readonly #semaphoreUse: ParentUse;
   readonly #leaseListeners = new Set<(ownershipTokens: readonly string[]) => void>();
   readonly #watches: ZooKeeperReleaseWatch;
   readonly #changes: ZooKeeperChangeWatch;
   readonly #parents: ParentUse;
   readonly #sweep: ParentSweep;
+  readonly #semaphoreSweep: ParentSweep;
   readonly #leftovers: Leftovers;
   readonly #acquires = new Set<Promise<unknown>>();
   #closed: Promise<void> | undefined;
@@ -92,6 +102,7 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
       () => this.#tick(),
     );
     this.#parents = new ParentUse(this.#clock, o.idleParentMs, () => this.#ticker.wake());
+    this.#semaphoreUse = new ParentUse(this.#clock, o.idleParentMs, () => this.#ticker.wake());
     this.#sweep = new ParentSweep({
       clock: this.#clock,
       root: o.root,
@@ -99,6 +110,16 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
       session: () => this.#sessions.current,
       known: (parent) => this.#parents.knows(parent),
       closing: this.#closing.signal,
+    });
+    this.#semaphoreSweep = new ParentSweep({
+      clock: this.#clock,
+      root: semaphoresRootPath(o.root),
+      idleMs: o.idleParentMs,
+      session: () => this.#sessions.current,
+      known: (semaphore) => this.#semaphoreUse.knows(semaphore),
+      closing: this.#closing.signal,
+      idleStamp: idleSemaphoreStamp,
+      remove: removeIdleSemaphore,
     });
     this.#leftovers = new Leftovers({ sweeperFor: (id) => this.#sessions.sweeperFor(id) });
     this.#watches = new ZooKeeperReleaseWatch({
@@ -125,12 +146,17 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
         this.#watches.rearm();
         this.#changes.rearm();
         this.#sweep.start();
+        this.#semaphoreSweep.start();
       },
       reconnected: (session) => {
         void this.#protocol.verify(session);
+        void this.#semaphores.verify(session);
         this.#changes.rearm();
       },
-      ended: (session) => this.#protocol.sessionEnded(session),
+      ended: (session) => {
+        this.#protocol.sessionEnded(session);
+        this.#semaphores.sessionEnded(session);
+      },
       callerConnected: (sessionId) => this.#leftovers.connected(sessionId),
     });
     this.#protocol = new ZooKeeperProtocol({
@@ -144,31 +170,70 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
       closing: this.#closing.signal,
       lost: (tokens) => this.#reportLost(tokens),
     });
+    this.#semaphores = new ZooKeeperSemaphoreProtocol({
+      clock: this.#clock,
+      deadlines: this.#deadlines,
+      root: o.root,
+      sessions: this.#sessions,
+      semaphores: this.#semaphoreUse,
+      leftovers: this.#leftovers,
+      cleanups: this.#cleanups,
+      closing: this.#closing.signal,
+      lost: (tokens) => this.#reportLost(tokens),
+    });
   }
 
   async acquire(request: AcquireRequest): Promise<AcquireResult> {
     this.#assertOpen();
     // After a pause past the session timeout the session is over, even if no timer has run yet to say so.
     this.#endIfSilent();
-    const pending = acquireInQueue(this.#protocol, request, this.#queue);
-    this.#acquires.add(pending);
-    const forget = (): void => {
-      this.#acquires.delete(pending);
-    };
-    pending.then(forget, forget);
-    return pending;
+    return this.#track(acquireInQueue(this.#protocol, request, this.#queue));
+  }
+
+  /**
+   * A permit of the semaphore `request.name` (see `zookeeper-semaphore-protocol.ts`): an ephemeral slot node whose
+   * czxid is the fencing token, taken at once when a slot is free and nobody waits, else in arrival order through
+   * a queue of ephemeral sequential nodes. Like a lock, the permit's lease is the session.
+   */
+  async acquirePermit(request: PermitRequest): Promise<AcquireResult> {
+    this.#assertOpen();
+    this.#endIfSilent();
+    return this.#track(acquireInQueue(this.#semaphores, request, this.#queue));
+  }
+
+  /** Free slots of the semaphore right now: `permits` minus its slot nodes. */
+  async availablePermits(name: string, permits: number): Promise<number> {
+    this.#assertOpen();
+    this.#endIfSilent();
+    return this.#semaphores.available(name, permits);
   }
 
   async renew(request: RenewRequest): Promise<RenewResult> {
     this.#assertOpen();
     this.#endIfSilent();
+    if (request.lease.slot !== undefined) return this.#semaphores.renew(request);
     return this.#protocol.renew(request);
   }
 
   async renewMany(requests: readonly RenewRequest[]): Promise<readonly RenewResult[]> {
     this.#assertOpen();
     this.#endIfSilent();
-    return this.#protocol.renewMany(requests);
+    if (!requests.some((request) => request.lease.slot !== undefined))
+      return this.#protocol.renewMany(requests);
+    // Locks and permits in one batch: each half its own way, the answers put back in request order.
+    const locks = requests.filter((request) => request.lease.slot === undefined);
+    const permits = requests.filter((request) => request.lease.slot !== undefined);
+    const [lockResults, permitResults] = await Promise.all([
+      locks.length > 0 ? this.#protocol.renewMany(locks) : [],
+      this.#semaphores.renewMany(permits),
+    ]);
+    let l = 0;
+    let p = 0;
+    return requests.map((request) =>
+      request.lease.slot === undefined
+        ? (lockResults[l++] as RenewResult)
+        : (permitResults[p++] as RenewResult),
+    );
   }
 
   /**
@@ -180,6 +245,7 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
   async release(lease: Lease): Promise<boolean> {
     this.#assertOpen();
     this.#endIfSilent();
+    if (lease.slot !== undefined) return this.#semaphores.release(lease);
     return this.#protocol.release(lease);
   }
 
@@ -252,6 +318,15 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
     await this.close();
   }
 
+  #track(pending: Promise<AcquireResult>): Promise<AcquireResult> {
+    this.#acquires.add(pending);
+    const forget = (): void => {
+      this.#acquires.delete(pending);
+    };
+    pending.then(forget, forget);
+    return pending;
+  }
+
   #reportLost(tokens: readonly string[]): void {
     for (const listener of [...this.#leaseListeners]) {
       try {
@@ -279,9 +354,15 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
     this.#sessions.check(now, this.#tickMs());
     const session = this.#sessions.current;
     if (session && session.leases.size > 0) void this.#protocol.reapOverdue(session);
+    if (session && this.#semaphores.hasRecords(session)) void this.#semaphores.reapOverdue(session);
     if (this.#parents.idle > 0) this.#removeIdleParents(now);
+    if (this.#semaphoreUse.idle > 0) this.#removeIdleSemaphores(now);
     // A grant, a queued attempt, a request in flight or a pending delete keeps the session's silence watched.
-    return this.#parents.idle > 0 || this.#sessions.current?.trackingSince !== undefined;
+    return (
+      this.#parents.idle > 0 ||
+      this.#semaphoreUse.idle > 0 ||
+      this.#sessions.current?.trackingSince !== undefined
+    );
   }
 
   /** Deletes lock parents no lock of this service has used for `idleParentMs`. */
@@ -290,6 +371,14 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
     for (const parent of this.#parents.takeDue(now)) {
       // NotEmpty (another process queues there) and NoNode (someone else deleted it) are both fine.
       if (session) session.remove(parent).catch(noop);
+    }
+  }
+
+  /** Deletes semaphore nodes (with their parents) no permit of this service has used for `idleParentMs`. */
+  #removeIdleSemaphores(now: number): void {
+    const session = this.#sessions.current;
+    for (const semaphore of this.#semaphoreUse.takeDue(now)) {
+      if (session) this.#semaphores.removeIdle(session, semaphore).catch(noop);
     }
   }
 
@@ -302,14 +391,19 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
   async #close(): Promise<void> {
     this.#closing.abort(new ZooKeeperServiceClosedError());
     this.#protocol.stopWaiting();
+    this.#semaphores.stopWaiting();
     this.#watches.close();
     this.#changes.close();
     // Pending acquires stop waiting and settle, leaving their queues (every call they make is bounded).
     await Promise.allSettled([...this.#acquires]);
     const session = this.#sessions.current;
     const idle = this.#parents.takeDue(Number.POSITIVE_INFINITY);
+    const idleSemaphores = this.#semaphoreUse.takeDue(Number.POSITIVE_INFINITY);
     if (session?.owned) {
-      await Promise.allSettled(idle.map((path) => session.remove(path)));
+      await Promise.allSettled([
+        ...idle.map((path) => session.remove(path)),
+        ...idleSemaphores.map((path) => this.#semaphores.removeIdle(session, path)),
+      ]);
       this.#sessions.end(session, 'the lock service was closed');
     } else {
       // Only a caller's client outlives this service, and with it the session and its nodes. Ending the session
@@ -317,7 +411,12 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
       if (session) this.#sessions.end(session, 'the lock service was closed');
       await this.#leftovers.sweepAll();
       const sweeper = session && this.#sessions.sweeperFor(session.id);
-      if (sweeper) await Promise.allSettled(idle.map((path) => sweeper.remove(path)));
+      if (sweeper) {
+        await Promise.allSettled([
+          ...idle.map((path) => sweeper.remove(path)),
+          ...idleSemaphores.map((path) => this.#semaphores.removeIdle(sweeper, path)),
+        ]);
+      }
     }
     this.#leftovers.close();
     this.#sessions.close();
@@ -326,6 +425,7 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
     this.#deadlines.stop(new ZooKeeperServiceClosedError());
     await stopping;
     this.#parents.takeDue(Number.POSITIVE_INFINITY);
+    this.#semaphoreUse.takeDue(Number.POSITIVE_INFINITY);
     this.#ticker.close();
   }
 }

@@ -50,6 +50,23 @@ export type CheckOutcome =
   | { readonly ok: true }
   | { readonly ok: false; readonly results: readonly ZooKeeperOpResultLike[] };
 
+/** One operation of a {@link Session.multi} transaction. */
+export type MultiOp =
+  | { readonly op: 'create'; readonly path: string; readonly data: Buffer; readonly mode: number }
+  | { readonly op: 'remove'; readonly path: string }
+  | { readonly op: 'check'; readonly path: string };
+
+/**
+ * What a `multi` came to: committed (with the transaction's zxid, the czxid of every node it created, when the
+ * client lets it be read), or refused by the server, naming the first operation that failed and its error code.
+ */
+export type MultiOutcome =
+  | { readonly ok: true; readonly zxid: bigint | undefined }
+  | { readonly ok: false; readonly failed: number | undefined; readonly code: number | undefined };
+
+/** ZooKeeper's code for the operations of a failed multi after the one that failed. */
+const RUNTIME_INCONSISTENCY = -2;
+
 type Done<T> = (error: unknown, value: T) => void;
 /** What the client answered: a value, or its error and that error's ZooKeeper code. */
 type Answer<T> = { readonly value: T } | { readonly error: unknown; readonly code: number | undefined };
@@ -309,6 +326,46 @@ export class Session {
     }
     return this.request<void>('setData', path, (done) =>
       setData.call(client, path, data, -1, (error) => done(error, undefined)),
+    );
+  }
+
+  /**
+   * One atomic `multi`. A refusal (NoNode, NodeExists, NotEmpty on one operation) resolves with the failing
+   * operation's index and code; only a failure without an answer rejects, with a `TransportError`.
+   */
+  multi(ops: readonly MultiOp[], onLate?: (outcome: MultiOutcome) => void): Promise<MultiOutcome> {
+    const { client } = this;
+    return this.request<MultiOutcome>(
+      'multi',
+      ops[ops.length - 1]?.path ?? '(empty)',
+      (done) => {
+        const transaction = client.transaction();
+        for (const op of ops) {
+          if (op.op === 'check') transaction.check(op.path, -1);
+          else if (op.op === 'remove')
+            (transaction.remove as NonNullable<typeof transaction.remove>)(op.path, -1);
+          else (transaction.create as NonNullable<typeof transaction.create>)(op.path, op.data, op.mode);
+        }
+        transaction.commit((error, results) => {
+          // Synchronously, before the client handles another reply: the header zxid is this transaction's.
+          if (!error) {
+            done(null, { ok: true, zxid: replyZxid(client) });
+            return;
+          }
+          if (Array.isArray(results)) {
+            const failed = results.findIndex(
+              (r) => r.err !== undefined && r.err !== 0 && r.err !== RUNTIME_INCONSISTENCY,
+            );
+            done(null, { ok: false, failed: failed < 0 ? undefined : failed, code: results[failed]?.err });
+            return;
+          }
+          const code = zkErrorCode(error);
+          // A server's refusal without per-op results is still an answer; a client-side code is not.
+          if (isClientSideCode(code)) done(error, { ok: false, failed: undefined, code });
+          else done(null, { ok: false, failed: undefined, code });
+        });
+      },
+      onLate,
     );
   }
 
