@@ -110,3 +110,16 @@ describe('input validation at the public edge', () => {
     });
   });
 });
+
+describe('the in-process services refuse misspelt options too', () => {
+  it('MemoryLockService and FaultyLockService name the unknown key and the one meant', async () => {
+    const { FaultyLockService } = await import('@dlock/testing');
+    expect(() => new MemoryLockService({ clok: 1 } as never)).toThrow(
+      /options\.clok is not an option \(did you mean "clock"\?\)/,
+    );
+    expect(() => new MemoryLockService(null as never)).toThrow(InvalidArgumentError);
+    const memory = new MemoryLockService();
+    expect(() => new FaultyLockService(memory, { Clock: 1 } as never)).toThrow(/did you mean "clock"/);
+    expect(() => new FaultyLockService(memory, null as never)).toThrow(InvalidArgumentError);
+  });
+});
