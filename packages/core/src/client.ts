@@ -146,7 +146,6 @@ export class LockClient {
         this.#acquire(name, opts, orNull, permits) as Promise<Permit | null>,
       available: (name, permits) =>
         this.#electionHost.call(
-          // biome-ignore lint/style/noNonNullAssertion: semaphore() checked that the service has it
           () => this.#service.availablePermits!(name, permits),
           `available permits of "${name}"`,
         ),
@@ -465,7 +464,6 @@ export class LockClient {
             (abandoned) => {
               const request = acquireRequest(name, this.ownerId, opts, remaining, abandoned);
               if (permits === undefined) return this.#service.acquire(request);
-              // biome-ignore lint/style/noNonNullAssertion: semaphore() checked that the service has it
               return this.#service.acquirePermit!(permitRequest(request, permits));
             },
             {
