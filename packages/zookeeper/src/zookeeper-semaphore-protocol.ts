@@ -148,6 +148,8 @@ export class ZooKeeperSemaphoreProtocol implements QueueDriver<PermitClaim, Perm
   readonly #attemptPrefix = randomBytes(10).toString('hex');
   #attempts = 0;
   #rootReady = false;
+  /** Clients whose transactions can create and delete (a caller's wrapped client might not). */
+  readonly #multiCapable = new WeakSet<object>();
 
   constructor(deps: ZooKeeperSemaphoreProtocolDeps) {
     this.#deps = deps;
@@ -637,9 +639,13 @@ export class ZooKeeperSemaphoreProtocol implements QueueDriver<PermitClaim, Perm
     return encodePermitData(metadata === undefined ? record : { ...record, metadata });
   }
 
+  /** Once per client: a transaction object is made only to look at it. */
   #assertMulti(session: Session): void {
+    if (this.#multiCapable.has(session.client)) return;
     const transaction = session.client.transaction();
-    if (typeof transaction.create !== 'function' || typeof transaction.remove !== 'function') {
+    if (typeof transaction.create === 'function' && typeof transaction.remove === 'function') {
+      this.#multiCapable.add(session.client);
+    } else {
       throw new UnsupportedError(
         'the ZooKeeper client passed in has no transaction create/remove, which semaphores need',
       );
