@@ -7,6 +7,9 @@ export {
   hashTagOf,
   type LockKeys,
   lockKeys,
+  type SemaphoreKeys,
+  semaphoreKeys,
+  semaphoreSlotKey,
   validateKeyPrefix,
 } from './keys.js';
 export * from './redlock/index.js';

@@ -79,6 +79,51 @@ export function changeChannel(prefix: string, name: string): string {
 }
 
 /**
+ * The keys of semaphore `name`: under `<prefix>{<encoded name>}:sem:`, so all in one hash slot, and never one of the
+ * lock keys of the same name (those end in `:lock`, `:fence`, … right after the tag). See `single/semaphore-scripts.ts`.
+ */
+export interface SemaphoreKeys {
+  /**
+   * Sorted set: member `n` scored `-permits` (the limit, read and checked while the semaphore is in use), and one
+   * member per slot ever used since the semaphore was last idle, `0 … hw − 1`, scored with the end of its lease as
+   * last known (server ms; 0: free).
+   */
+  readonly slots: string;
+  /** The last fencing token handed out on any slot (the lock scripts' fence key, minted the same way). */
+  readonly fence: string;
+  /** List of waiting ownership tokens, oldest first. */
+  readonly queue: string;
+  /** Hash from a waiting ownership token to `"<deadline ms> <ttl ms> <notify channel>"`, or `"=<slot>"` once handed one. */
+  readonly waiters: string;
+}
+
+/** The keys of semaphore `name` under `prefix` (a validated prefix: no braces). */
+export function semaphoreKeys(prefix: string, name: string): SemaphoreKeys {
+  const base = `${tagged(prefix, name)}sem:`;
+  return { slots: `${base}slots`, fence: `${base}fence`, queue: `${base}queue`, waiters: `${base}waiters` };
+}
+
+/**
+ * Slot `slot` of semaphore `name`: a string valued like a held lock key, `"<who> <fencing token> <expiry ms> <flags>"`,
+ * expiring with the lease, so that renewals are the lock's own (see `renew-batches.ts`).
+ */
+export function semaphoreSlotKey(prefix: string, name: string, slot: number): string {
+  return `${tagged(prefix, name)}sem:slot:${slot}`;
+}
+
+/** On a Redis Cluster, where hand-offs of semaphore `name`'s slots reach the service `serviceId` (in its hash slot). */
+export function semaphoreWakeChannel(prefix: string, name: string, serviceId: string): string {
+  return `${tagged(prefix, name)}sem:wake:${serviceId}`;
+}
+
+/** The key a lease's renewal rewrites: the lock key, or for a permit (`slot` set) its slot key. */
+export function leaseKey(prefix: string, lease: { readonly name: string; readonly slot?: number }): string {
+  return lease.slot === undefined
+    ? lockKeys(prefix, lease.name).lock
+    : semaphoreSlotKey(prefix, lease.name, lease.slot);
+}
+
+/**
  * Redlock's own default prefix: a Redlock node could be a Redis that a single-node `RedisLockService` also uses,
  * and the two store a lock differently.
  */

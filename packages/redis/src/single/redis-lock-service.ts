@@ -8,7 +8,9 @@ import {
   type LockInfo,
   type LockService,
   MAX_METADATA_BYTES,
+  MAX_PERMITS,
   MAX_TIMER_MS,
+  type PermitRequest,
   type RenewRequest,
   type RenewResult,
   TransportError,
@@ -16,12 +18,21 @@ import {
 } from '@dlock/core';
 import { acquireInQueue, BackgroundRetries, linkSignals, type QueueTools } from '@dlock/core/adapter';
 import { RedisServiceClosedError } from '../errors.js';
-import { changeChannel, type LockKeys, lockKeys, wakeChannel } from '../keys.js';
+import { changeChannel, lockKeys, semaphoreWakeChannel, wakeChannel } from '../keys.js';
 import { type RedisLockServiceOptions, resolveRedisOptions } from '../options.js';
 import { Deadlines } from './deadlines.js';
-import { RedisAcquire, RedisProtocol } from './redis-protocol.js';
+import {
+  keyList,
+  lockQueue,
+  type QueueKind,
+  type QueueTarget,
+  RedisAcquire,
+  RedisProtocol,
+} from './redis-protocol.js';
 import { RedisReleaseWatch } from './redis-release-watch.js';
 import { lockScripts } from './scripts.js';
+import { SemaphoreProtocol } from './semaphore-protocol.js';
+import { semaphoreScripts } from './semaphore-scripts.js';
 
 export type { RedisLockServiceOptions } from '../options.js';
 
@@ -59,6 +70,8 @@ export class RedisLockService implements LockService, AsyncDisposable {
   readonly #timeoutMs: number;
   readonly #clock: Clock;
   readonly #protocol: RedisProtocol;
+  readonly #lockQueue: QueueKind;
+  readonly #semaphores: SemaphoreProtocol;
   readonly #watch: RedisReleaseWatch;
   /** Owner-checked clean-ups after acquires whose outcome is unknown. */
   readonly #cleanups: BackgroundRetries;
@@ -87,15 +100,24 @@ export class RedisLockService implements LockService, AsyncDisposable {
       clock: this.#clock,
       timeoutMs: this.#timeoutMs,
     });
+    const scripts = lockScripts(resolved.fenceRetentionMs, this.#cluster);
     this.#protocol = new RedisProtocol({
       client: resolved.client,
-      scripts: lockScripts(resolved.fenceRetentionMs, resolved.client.cluster),
+      scripts,
       deadlines,
       clock: this.#clock,
       requestTimeoutMs: this.#timeoutMs,
       keyPrefix: this.#prefix,
       channel,
       watch: this.#watch,
+    });
+    this.#lockQueue = lockQueue(scripts);
+    this.#semaphores = new SemaphoreProtocol({
+      scripts: semaphoreScripts(resolved.fenceRetentionMs, this.#cluster),
+      send: this.#protocol.send,
+      deadlines,
+      requestTimeoutMs: this.#timeoutMs,
+      keyPrefix: this.#prefix,
     });
     this.#queue = {
       clock: this.#clock,
@@ -115,34 +137,79 @@ export class RedisLockService implements LockService, AsyncDisposable {
     // a promise costs two more turns of the microtask queue). Bad input still rejects, never throws.
     try {
       const calledAt = this.#clock.monotonic();
-      this.#assertOpen();
-      const name = validateName(request.name, 'request.name');
-      const { ttlMs } = request;
-      if (!Number.isInteger(ttlMs) || ttlMs < 1 || ttlMs > MAX_TIMER_MS) {
-        throw new InvalidArgumentError('request.ttlMs', `must be an integer from 1 to ${MAX_TIMER_MS}`);
-      }
-      const keys = lockKeys(this.#prefix, name);
-      const metadata =
-        request.metadata === undefined ? undefined : checkMetadata(request.metadata, 'request.metadata');
-      const waitMs = Math.min(Math.max(0, Math.floor(request.waitMs)), MAX_TIMER_MS);
-      if (waitMs >= 1) return this.#acquireQueued(request, name, keys, metadata, calledAt, waitMs);
-      return this.#attempt(request, name, keys, metadata, calledAt);
+      const name = this.#checkRequest(request);
+      const keys = keyList(lockKeys(this.#prefix, name));
+      const target: QueueTarget =
+        request.metadata === undefined
+          ? { kind: this.#lockQueue, keys }
+          : { kind: this.#lockQueue, keys, stored: checkMetadata(request.metadata, 'request.metadata') };
+      return this.#start(request, name, target, calledAt);
     } catch (error) {
       return Promise.reject(error);
     }
+  }
+
+  /**
+   * Takes a free permit (slot) of the semaphore `request.name`, or queues for one when `waitMs > 0`, as `acquire`
+   * does for a lock: a release hands its slot to the oldest waiter, a lease that runs out is noticed by the head
+   * waiter, and `waitMs: 0` never queues and never overtakes a waiter. Rejects with `PermitsMismatchError` while the
+   * semaphore is in use with another `permits`. Its keys live apart from any lock of the same name.
+   */
+  acquirePermit(request: PermitRequest): Promise<AcquireResult> {
+    try {
+      const calledAt = this.#clock.monotonic();
+      const name = this.#checkRequest(request);
+      const target = this.#semaphores.target(name, checkPermits(request.permits, 'request.permits'));
+      // Nothing stores a permit's metadata (no call reads it back), but it is checked as everywhere else.
+      if (request.metadata !== undefined) checkMetadata(request.metadata, 'request.metadata');
+      return this.#start(request, name, target, calledAt);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  /** How many of the semaphore's `permits` slots no live lease holds, read from Redis (one script). */
+  async availablePermits(name: string, permits: number): Promise<number> {
+    this.#assertOpen();
+    return this.#semaphores.available(validateName(name), checkPermits(permits, 'permits'));
+  }
+
+  /** The name, once the service is open and the request's name and TTL are valid (before any I/O). */
+  #checkRequest(request: AcquireRequest): string {
+    this.#assertOpen();
+    const name = validateName(request.name, 'request.name');
+    const { ttlMs } = request;
+    if (!Number.isInteger(ttlMs) || ttlMs < 1 || ttlMs > MAX_TIMER_MS) {
+      throw new InvalidArgumentError('request.ttlMs', `must be an integer from 1 to ${MAX_TIMER_MS}`);
+    }
+    return name;
+  }
+
+  #start(
+    request: AcquireRequest,
+    name: string,
+    target: QueueTarget,
+    calledAt: number,
+  ): Promise<AcquireResult> {
+    const waitMs = Math.min(Math.max(0, Math.floor(request.waitMs)), MAX_TIMER_MS);
+    if (waitMs >= 1) return this.#acquireQueued(request, name, target, calledAt, waitMs);
+    return this.#attempt(request, name, target, calledAt);
   }
 
   /** Queues in Redis when a subscriber can wake this waiter; otherwise one attempt, and core's loop waits. */
   async #acquireQueued(
     request: AcquireRequest,
     name: string,
-    keys: LockKeys,
-    metadata: string | undefined,
+    target: QueueTarget,
     calledAt: number,
     waitMs: number,
   ): Promise<AcquireResult> {
     const { ownerId, ttlMs } = request;
-    const wake = this.#cluster ? wakeChannel(this.#prefix, name, this.#serviceId) : undefined;
+    const wake = !this.#cluster
+      ? undefined
+      : target.permits === undefined
+        ? wakeChannel(this.#prefix, name, this.#serviceId)
+        : semaphoreWakeChannel(this.#prefix, name, this.#serviceId);
     const listening = (timeoutMs: number): Promise<boolean> =>
       wake === undefined ? this.#watch.ready(timeoutMs) : this.#watch.join(wake, timeoutMs);
     if (await listening(Math.min(waitMs, this.#timeoutMs))) {
@@ -155,18 +222,7 @@ export class RedisLockService implements LockService, AsyncDisposable {
           const signal = linked.signal;
           const queued = acquireInQueue(
             this.#protocol,
-            new RedisAcquire(
-              name,
-              ownerId,
-              ttlMs,
-              keys,
-              calledAt,
-              left,
-              signal,
-              () => signal,
-              wake,
-              metadata,
-            ),
+            new RedisAcquire(name, ownerId, ttlMs, target, calledAt, left, signal, () => signal, wake),
             this.#queue,
           );
           this.#queued.add(queued);
@@ -181,7 +237,7 @@ export class RedisLockService implements LockService, AsyncDisposable {
         if (wake !== undefined) this.#watch.part(wake);
       }
     }
-    return this.#attempt(request, name, keys, metadata, calledAt);
+    return this.#attempt(request, name, target, calledAt);
   }
 
   /**
@@ -191,8 +247,7 @@ export class RedisLockService implements LockService, AsyncDisposable {
   #attempt(
     request: AcquireRequest,
     name: string,
-    keys: LockKeys,
-    metadata: string | undefined,
+    target: QueueTarget,
     calledAt: number,
   ): Promise<AcquireResult> {
     return acquireInQueue(
@@ -201,13 +256,11 @@ export class RedisLockService implements LockService, AsyncDisposable {
         name,
         request.ownerId,
         request.ttlMs,
-        keys,
+        target,
         calledAt,
         0,
         NOT_WAITING,
         () => request.signal,
-        undefined,
-        metadata,
       ),
       this.#queue,
     );
@@ -225,10 +278,13 @@ export class RedisLockService implements LockService, AsyncDisposable {
     return this.#protocol.renew(requests);
   }
 
+  /** Releases a lock, or a permit (a lease with `slot`): its slot goes to the oldest waiter, or is free. */
   release(lease: Lease): Promise<boolean> {
     // Not `async`, for the same reason as `acquire`.
     try {
       this.#assertOpen();
+      const { slot } = lease;
+      if (slot !== undefined) return this.#semaphores.release({ ...lease, slot });
       return this.#protocol.release(lease);
     } catch (error) {
       return Promise.reject(error);
@@ -299,6 +355,14 @@ export class RedisLockService implements LockService, AsyncDisposable {
   #assertOpen(): void {
     if (this.#closing.signal.aborted) throw new RedisServiceClosedError('RedisLockService');
   }
+}
+
+/** Core validates `permits` before it reaches a service; a direct caller's is checked here, before any I/O. */
+function checkPermits(permits: unknown, field: string): number {
+  if (typeof permits !== 'number' || !Number.isInteger(permits) || permits < 1 || permits > MAX_PERMITS) {
+    throw new InvalidArgumentError(field, `must be an integer from 1 to ${MAX_PERMITS}`);
+  }
+  return permits;
 }
 
 /** Core validates metadata before it reaches a service; a direct caller's is checked here, before any I/O. */

@@ -10,7 +10,7 @@ import {
 import type { QueueDriver, Standing } from '@dlock/core/adapter';
 import type { RedisConnection } from '../clients/connection.js';
 import { unexpectedReply } from '../errors.js';
-import { type LockKeys, lockKeys } from '../keys.js';
+import { type LockKeys, leaseKey, lockKeys } from '../keys.js';
 import type { LuaScript, SendCommand } from '../lua-script.js';
 import { newOwnershipToken } from '../tokens.js';
 import type { CallState, Deadlines } from './deadlines.js';
@@ -32,6 +32,34 @@ const UNKNOWN_EXPIRY_RECHECK_MS = 1_000;
 const CLEANUP_TRY_MS = 1_000;
 
 /**
+ * What one kind of queue (a lock's, a semaphore's) gives the driver below: the scripts that place a claim and take
+ * it out, their arguments, and how their replies read. Everything else (waiting, hand-offs, give-up, extension of a
+ * late hand-off) is the same for both.
+ */
+export interface QueueKind {
+  readonly acquire: LuaScript;
+  readonly leave: LuaScript;
+  /**
+   * The acquire script's arguments for `claim`: `waitMs` 0 when it does not queue, `channel` where its hand-offs
+   * arrive, `recheck` when it looks again (a slot may have been handed to it meanwhile).
+   */
+  acquireArgs(claim: Claim, waitMs: number, channel: string, recheck: boolean): string[];
+  /** An acquire or leave script's reply for `claim`; a refusal that ends the call (a semaphore's limit) throws. */
+  parse(reply: unknown, claim: Claim, what: string): ScriptReply;
+}
+
+/**
+ * Where a call queues: its kind, the keys every script of that kind takes (in order), and what its grant carries: a
+ * lock's metadata (stored whichever path grants it: see `scripts.ts`), or a semaphore's limit.
+ */
+export interface QueueTarget {
+  readonly kind: QueueKind;
+  readonly keys: readonly string[];
+  readonly stored?: string;
+  readonly permits?: number;
+}
+
+/**
  * One acquire call as the service hands it to core's `acquireInQueue`: the request, plus what every claim made for
  * it shares.
  */
@@ -43,7 +71,7 @@ export class RedisAcquire implements AcquireRequest {
     readonly name: string,
     readonly ownerId: string,
     readonly ttlMs: number,
-    readonly keys: LockKeys,
+    readonly target: QueueTarget,
     /** The clock's monotonic time at entry into the service's `acquire`: grants say when their lease began from it. */
     readonly calledAt: number,
     readonly waitMs: number,
@@ -52,8 +80,6 @@ export class RedisAcquire implements AcquireRequest {
     readonly signalOf: () => AbortSignal,
     /** Cluster: where hand-offs to this call's claims arrive (the service channel is used on a single node). */
     readonly wakeChannel?: string,
-    /** The request's metadata, stored with the grant whichever path grants it (see `scripts.ts`). */
-    readonly stored?: string,
   ) {}
 
   /** Claims queue in Redis and wait for a hand-off; otherwise one attempt, and core's `LockClient` loop waits. */
@@ -82,17 +108,26 @@ export interface Claim {
   spent: bigint;
 }
 
+/** A grant as a script or a hand-off message reports it: its token, and a permit's slot. */
+interface Held {
+  readonly fence: bigint;
+  readonly slot?: number | undefined;
+}
+
 /** What a queued claim waits for, besides a hand-off: the holder's lease running out (0: look again at once). */
 export interface Wait {
   readonly recheckInMs: number;
 }
 
-type ScriptReply =
-  /** `pttl` is set when the grant predates the script that reported it (a hand-off not yet heard of). */
-  | { readonly granted: true; readonly fence: bigint; readonly pttl?: number }
+export type ScriptReply =
+  /**
+   * `pttl` is set when the grant predates the script that reported it (a hand-off not yet heard of); `slot` for a
+   * semaphore's permit.
+   */
+  | { readonly granted: true; readonly fence: bigint; readonly pttl?: number; readonly slot?: number }
   | { readonly granted: false; readonly pttl: number };
 
-const DECIMAL = /^[1-9]\d*$/;
+export const DECIMAL = /^[1-9]\d*$/;
 const GONE: Standing<Wait> = { kind: 'gone' };
 const LOOK_AGAIN: Standing<Wait> = { kind: 'behind', wait: { recheckInMs: 0 } };
 
@@ -100,7 +135,7 @@ const LOOK_AGAIN: Standing<Wait> = { kind: 'behind', wait: { recheckInMs: 0 } };
  * The acquire and leave scripts answer with the fencing token (a string) when they granted the lock to the caller,
  * with {fencing token, PTTL} when the caller already held it, and with the holder's PTTL otherwise.
  */
-function parseReply(reply: unknown, what: string): ScriptReply {
+function parseReply(reply: unknown, _claim: Claim, what: string): ScriptReply {
   if (typeof reply === 'string' && DECIMAL.test(reply)) return { granted: true, fence: BigInt(reply) };
   if (typeof reply === 'number') return { granted: false, pttl: reply };
   if (Array.isArray(reply) && reply.length === 2) {
@@ -154,8 +189,28 @@ function orLookAgain(standing: Standing<Wait> | undefined): Standing<Wait> {
   return standing ?? LOOK_AGAIN;
 }
 
+/** A lock's queue: the acquire script places the claim (taking the lock if free), the leave script takes it out. */
+export function lockQueue(scripts: LockScripts): QueueKind {
+  return {
+    acquire: scripts.acquire,
+    leave: scripts.leave,
+    acquireArgs(claim, waitMs, channel) {
+      const { call } = claim;
+      const args = [claim.owner, String(call.ttlMs), String(waitMs)];
+      if (waitMs > 0) args.push(channel);
+      const { stored } = call.target;
+      if (stored !== undefined) {
+        if (waitMs === 0) args.push('');
+        args.push(stored);
+      }
+      return args;
+    },
+    parse: parseReply,
+  };
+}
+
 /** The keys every lock script takes, in the order the scripts expect them. */
-function keyList(keys: LockKeys): string[] {
+export function keyList(keys: LockKeys): string[] {
   return [keys.lock, keys.fence, keys.queue, keys.waiters];
 }
 
@@ -205,6 +260,11 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
     this.#watch = parts.watch;
   }
 
+  /** Sends one command the way every script of this service goes (fail-fast while disconnected). */
+  get send(): SendCommand {
+    return this.#send;
+  }
+
   /** A new ownership token; a queued claim's mailbox is registered now, before its first script can grant. */
   claim(request: AcquireRequest): Claim {
     if (!(request instanceof RedisAcquire)) throw new TypeError('RedisProtocol claims only a RedisAcquire');
@@ -228,7 +288,7 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
    * remaining lease.
    */
   enqueue(claim: Claim): Promise<Standing<Wait>> {
-    return this.#acquire(claim);
+    return this.#acquire(claim, false);
   }
 
   /**
@@ -237,7 +297,7 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
    * give-up script itself keeps a hand-off that came at the last moment.)
    */
   check(claim: Claim): Promise<Standing<Wait>> {
-    return this.#acquire(claim);
+    return this.#acquire(claim, true);
   }
 
   /**
@@ -254,7 +314,7 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
     const event = await claim.waiter.wait(waitMs, signal);
     if (event.kind === 'aborted') throw signal.reason;
     if (event.kind === 'granted' && event.fence > claim.spent) {
-      return this.#granted(claim, event.fence, claim.lastMiss);
+      return this.#granted(claim, event, claim.lastMiss);
     }
     return undefined;
   }
@@ -267,7 +327,7 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
     this.#watch.unregister(claim.owner);
     if (!claim.placed) return;
     await this.#deadlines.bound(
-      this.#scripts.leave.runWhole(this.#send, keyList(claim.call.keys), [claim.owner, '0']),
+      claim.call.target.kind.leave.runWhole(this.#send, claim.call.target.keys, [claim.owner, '0']),
       Math.min(this.#timeoutMs, CLEANUP_TRY_MS),
       'leave queue (clean-up)',
     );
@@ -278,16 +338,17 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
     this.#watch.unregister(claim.owner);
     if (!claim.placed) return GONE;
     const sentAt = this.#clock.monotonic();
-    const raw = await this.#run(this.#scripts.leave, claim, [claim.owner, '1'], 'leave queue');
+    const { kind } = claim.call.target;
+    const raw = await this.#run(kind.leave, claim, [claim.owner, '1'], 'leave queue');
     claim.roundTripMs = this.#clock.monotonic() - sentAt;
-    const reply = parseReply(raw, 'leave');
+    const reply = kind.parse(raw, claim, 'leave');
     if (!reply.granted) {
       claim.placed = false;
       return GONE;
     }
     const standing = await this.#granted(
       claim,
-      reply.fence,
+      reply,
       leaseStart(reply.pttl, sentAt, claim.call.ttlMs, claim.lastMiss),
     );
     return standing ?? GONE;
@@ -355,20 +416,16 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
     return reply === 1;
   }
 
-  #acquire(claim: Claim): Promise<Standing<Wait>> {
-    const { call, owner } = claim;
+  #acquire(claim: Claim, recheck: boolean): Promise<Standing<Wait>> {
+    const { call } = claim;
     const now = this.#clock.monotonic();
     const waitMs = call.queue ? Math.max(1, Math.ceil((call.deadline ?? now) - now)) : 0;
-    const args = [owner, String(call.ttlMs), String(waitMs)];
-    if (waitMs > 0) args.push(call.wakeChannel ?? this.#channel);
-    if (call.stored !== undefined) {
-      if (waitMs === 0) args.push('');
-      args.push(call.stored);
-    }
+    const { kind } = call.target;
+    const args = kind.acquireArgs(claim, waitMs, call.wakeChannel ?? this.#channel, recheck);
     // From here until the reply, the script may have granted or queued: a failure leaves it to be undone.
     claim.placed = true;
     // The reply is read in the reaction that settles the script's bound: no promise layer of its own.
-    return this.#run(this.#scripts.acquire, claim, args, 'acquire', (raw) => this.#answered(claim, raw, now));
+    return this.#run(kind.acquire, claim, args, 'acquire', (raw) => this.#answered(claim, raw, now));
   }
 
   /** Where the acquire script's reply puts the claim, for the attempt sent at `now`. */
@@ -376,10 +433,10 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
     const { call } = claim;
     const answeredAt = this.#clock.monotonic();
     claim.roundTripMs = answeredAt - now;
-    const reply = parseReply(raw, 'acquire');
+    const reply = call.target.kind.parse(raw, claim, 'acquire');
     if (reply.granted) {
       const leaseFrom = leaseStart(reply.pttl, now, call.ttlMs, claim.lastMiss);
-      const standing = this.#granted(claim, reply.fence, leaseFrom, answeredAt);
+      const standing = this.#granted(claim, reply, leaseFrom, answeredAt);
       // A fresh grant is the answer as it is; only a hand-off renewed first waits for that renewal.
       return standing instanceof Promise ? standing.then(orLookAgain) : standing;
     }
@@ -396,55 +453,54 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
   }
 
   /**
-   * The claim holds the lock with `fence`, its lease started no earlier than `leaseFrom`. A grant handed over while
+   * The claim holds the lock (or a semaphore's `slot`) with `fence`, its lease started no earlier than `leaseFrom`. A grant handed over while
    * it waited may have little of its lease left: if a third may already be gone, it is extended first, so that the
    * caller gets a handle with a full window instead of one core would find (nearly) expired. Undefined if the lease
    * ran out before that.
    */
   #granted(
     claim: Claim,
-    fence: bigint,
+    held: Held,
     leaseFrom: number,
     now = this.#clock.monotonic(),
   ): Standing<Wait> | Promise<Standing<Wait> | undefined> {
-    if (fence > claim.spent) claim.spent = fence;
+    if (held.fence > claim.spent) claim.spent = held.fence;
     const { call } = claim;
     if (leaseFrom + call.ttlMs - now >= call.ttlMs / 3) {
-      return this.#first(claim, fence, leaseFrom);
+      return this.#first(claim, held, leaseFrom);
     }
-    return this.#extended(claim, fence);
+    return this.#extended(claim, held);
   }
 
   /** A grant with too little of its lease left, renewed before it is handed out; undefined if that failed. */
-  async #extended(claim: Claim, fence: bigint): Promise<Standing<Wait> | undefined> {
+  async #extended(claim: Claim, held: Held): Promise<Standing<Wait> | undefined> {
     const { call, owner } = claim;
     const lease: Lease = {
       name: call.name,
       ownerId: call.ownerId,
       ownershipToken: owner,
-      fencingToken: fence,
+      fencingToken: held.fence,
+      ...(held.slot === undefined ? {} : { slot: held.slot }),
     };
     const sentAt = this.#clock.monotonic();
     const [result] = await this.#renewChunk([{ lease, ttlMs: call.ttlMs }], call.signalOf);
     claim.roundTripMs = this.#clock.monotonic() - sentAt;
-    return result?.renewed === true ? this.#first(claim, fence, sentAt) : undefined;
+    return result?.renewed === true ? this.#first(claim, held, sentAt) : undefined;
   }
 
-  #first(claim: Claim, fence: bigint, leaseFrom: number): Standing<Wait> {
+  #first(claim: Claim, held: Held, leaseFrom: number): Standing<Wait> {
     const { call, owner } = claim;
     this.#watch.unregister(owner);
-    return {
-      kind: 'first',
-      grant: {
-        ownershipToken: owner,
-        fencingToken: fence,
-        ttlMs: call.ttlMs,
-        // From entry into `acquire` to a moment not after the server started this grant's lease.
-        queuedMs: Math.max(0, leaseFrom - call.calledAt),
-        // One request's round trip, for core's admission check: not the whole wait since the lease began.
-        roundTripMs: claim.roundTripMs,
-      },
+    const grant = {
+      ownershipToken: owner,
+      fencingToken: held.fence,
+      ttlMs: call.ttlMs,
+      // From entry into `acquire` to a moment not after the server started this grant's lease.
+      queuedMs: Math.max(0, leaseFrom - call.calledAt),
+      // One request's round trip, for core's admission check: not the whole wait since the lease began.
+      roundTripMs: claim.roundTripMs,
     };
+    return { kind: 'first', grant: held.slot === undefined ? grant : { ...grant, slot: held.slot } };
   }
 
   async #renewChunk(requests: readonly RenewRequest[], signal?: () => AbortSignal): Promise<RenewResult[]> {
@@ -453,7 +509,7 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
     const keys: string[] = [];
     const args: string[] = [];
     for (const { lease } of requests) {
-      keys.push(lockKeys(this.#prefix, lease.name).lock);
+      keys.push(leaseKey(this.#prefix, lease));
       args.push(claimOf(lease));
     }
     for (const { ttlMs } of requests) args.push(String(Math.ceil(ttlMs)));
@@ -474,7 +530,7 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
     signal?: () => AbortSignal,
   ): Promise<RenewResult[]> {
     const items = requests.map(({ lease, ttlMs }, index) => ({
-      key: lockKeys(this.#prefix, lease.name).lock,
+      key: leaseKey(this.#prefix, lease),
       claim: claimOf(lease),
       ttlMs,
       index,
@@ -548,7 +604,7 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
     map?: (reply: unknown) => R | PromiseLike<R>,
   ): Promise<unknown> {
     const state: CallState = { abandoned: false };
-    const sent = script.run(this.#send, keyList(claim.call.keys), args, state);
+    const sent = script.run(this.#send, claim.call.target.keys, args, state);
     const options = { state, signal: claim.call.signalOf };
     return map === undefined
       ? this.#deadlines.bound(sent, this.#timeoutMs, what, options)

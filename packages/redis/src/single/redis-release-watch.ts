@@ -3,8 +3,8 @@ import type { MessageListener, RedisConnection, RedisSubscription } from '../cli
 import type { Deadlines } from './deadlines.js';
 import { Waiter } from './waiter.js';
 
-/** A hand-off message: "<ownership token> <fencing token>". */
-const HAND_OFF = /^(\S+) (\d+)$/;
+/** A hand-off message: "<ownership token> <fencing token>", then " <slot>" for a semaphore's. */
+const HAND_OFF = /^(\S+) (\d+)(?: (\d+))?$/;
 
 function destroyQuietly(sub: RedisSubscription): void {
   try {
@@ -313,13 +313,17 @@ export class RedisReleaseWatch {
 
   /** A message on the service channel. Anyone who can PUBLISH can write there: it must expect anything. */
   #handOff(message: unknown): void {
-    // Only "<token> <decimal fence>" is a hand-off.
+    // Only "<token> <decimal fence>[ <decimal slot>]" is a hand-off.
     if (typeof message !== 'string') return;
     const match = HAND_OFF.exec(message);
     if (match === null) return;
-    const [, owner, fence] = match as unknown as [string, string, string];
+    const [, owner, fence, slot] = match as unknown as [string, string, string, string | undefined];
     // No waiter: it left (abort, deadline) and its own leave script gives the lock back; nothing to do here.
-    this.#waiters.get(owner)?.deliver({ kind: 'granted', fence: BigInt(fence) });
+    this.#waiters.get(owner)?.deliver({
+      kind: 'granted',
+      fence: BigInt(fence),
+      slot: slot === undefined ? undefined : Number(slot),
+    });
   }
 
   #quietly(action: (sub: RedisSubscription) => Promise<unknown>): void {

@@ -70,7 +70,8 @@ import { LuaScript } from '../lua-script.js';
  * Tokens are not dense: they follow the clock. They stay below 2^53 (exact in Lua's doubles and in JavaScript
  * numbers) until the year 2255.
  */
-const PRELUDE = `
+/** The server clock (T, read once per script), and integers written in full. Shared with the semaphore scripts. */
+export const LUA_CLOCK = `
 -- The server clock, read once per script: {seconds, microseconds}. (T is declared before the fast paths, which may
 -- have read it already.)
 local function clock()
@@ -88,7 +89,10 @@ local function now_ms() return math.floor(now_us() / 1000) end
 -- Integers below 2^53 in full (tostring would switch to an exponent).
 local function num(n) return string.format('%.0f', n) end
 
-local function publish(channel, message) return redis.call('PUBLISH_COMMAND', channel, message) end
+`;
+
+/** Publishing (plain or sharded: see `PUBLISH_COMMAND`), and the lock value's layout. Shared with the semaphore scripts. */
+export const LUA_VALUES = `local function publish(channel, message) return redis.call('PUBLISH_COMMAND', channel, message) end
 
 -- who, token, expiry (nil for a tombstone), flags, and rest: "" or " <metadata>". Nil for a value in no known
 -- layout. Flags are never digits, so an older layout with more numbers does not pass for this one.
@@ -102,7 +106,9 @@ end
 
 local function has(flags, flag) return string.find(flags, flag, 1, true) ~= nil end
 
--- Flags in their order: q, w, o.
+`;
+
+const LUA_FLAGS = `-- Flags in their order: q, w, o.
 local function flags_of(q, w, o)
   local f = (q and 'q' or '') .. (w and 'w' or '') .. (o and 'o' or '')
   return f == '' and '-' or f
@@ -135,7 +141,13 @@ local function restore(value, expiry)
   end
 end
 
--- F: the highest token handed out so far as far as this script knows; FENCE: what the fence key holds now, and
+`;
+
+/**
+ * Minting (see "Fencing tokens" above), on the fence key KEYS[2]. Shared with the semaphore scripts, whose fence key
+ * is KEYS[2] too: one restart-safe source of tokens.
+ */
+export const LUA_MINT = `-- F: the highest token handed out so far as far as this script knows; FENCE: what the fence key holds now, and
 -- FENCE_TTL the lease it was written for (nil: not written by this script).
 local F, FENCE, FENCE_TTL
 
@@ -151,7 +163,9 @@ local function mint(ttl)
   return num(F)
 end
 
--- A grant of ttl ms; meta: its metadata, or nil. The value states its expiry, so that a script that overwrote it
+`;
+
+const LUA_QUEUE = `-- A grant of ttl ms; meta: its metadata, or nil. The value states its expiry, so that a script that overwrote it
 -- by mistake can put it back as it was.
 local function grant(owner, fence, ttl, q, w, o, meta)
   local expiry = num(now_ms() + ttl)
@@ -204,6 +218,8 @@ local function let_go(flags, written)
   redis.call('SET', KEYS[1], '~ ' .. num(F) .. ' ' .. marks, 'PX', RETENTION_MS)
 end
 `;
+
+const PRELUDE = LUA_CLOCK + LUA_VALUES + LUA_FLAGS + LUA_MINT + LUA_QUEUE;
 
 /**
  * ARGV[1] ownership token, ARGV[2] ttl ms, ARGV[3] wait ms (0: do not queue), ARGV[4] the caller's notify channel
@@ -473,20 +489,24 @@ export interface LockScripts {
 const QUEUE_MARGIN_MS = 60_000;
 
 /**
- * The scripts for one fence retention (built into the source: one argument less on every call). `sharded`: publish
- * with SPUBLISH (Redis >= 7.0; a standalone server takes it too), for a Redis Cluster where every channel a script
- * publishes on shares the lock's hash tag.
+ * A script's source with its constants filled in: the fence retention (built into the source: one argument less on
+ * every call), the queue margin, and the publish command. `sharded`: publish with SPUBLISH (Redis >= 7.0; a
+ * standalone server takes it too), for a Redis Cluster where every channel a script publishes on shares the hash tag
+ * of the keys it runs on. Shared with the semaphore scripts.
  */
+export function luaSource(source: string, fenceRetentionMs: number, sharded: boolean): string {
+  return source
+    .replaceAll('RETENTION_MS', String(Math.trunc(fenceRetentionMs)))
+    .replaceAll('QUEUE_MARGIN_MS', String(QUEUE_MARGIN_MS))
+    .replaceAll('PUBLISH_COMMAND', sharded ? 'SPUBLISH' : 'PUBLISH');
+}
+
+/** The lock scripts for one fence retention; `sharded` as for {@link luaSource}. */
 export function lockScripts(fenceRetentionMs: number, sharded = false): LockScripts {
   // A fast path goes before the prelude: returning early, it never builds the prelude's closures. T (the server
   // clock) comes first, so that a fast path that read it leaves it to the prelude.
   const build = (body: string, fast = ''): LuaScript =>
-    new LuaScript(
-      `local T\n${fast}${PRELUDE}${body}`
-        .replaceAll('RETENTION_MS', String(Math.trunc(fenceRetentionMs)))
-        .replaceAll('QUEUE_MARGIN_MS', String(QUEUE_MARGIN_MS))
-        .replaceAll('PUBLISH_COMMAND', sharded ? 'SPUBLISH' : 'PUBLISH'),
-    );
+    new LuaScript(luaSource(`local T\n${fast}${PRELUDE}${body}`, fenceRetentionMs, sharded));
   return {
     acquire: build(ACQUIRE, ACQUIRE_FAST),
     release: build(RELEASE, RELEASE_FAST),

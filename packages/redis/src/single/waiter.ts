@@ -2,8 +2,8 @@ import { type Clock, systemClock } from '@dlock/core';
 import { WakeSignal } from '@dlock/core/adapter';
 
 export type WaiterEvent =
-  /** A release handed the lock to this waiter. */
-  | { readonly kind: 'granted'; readonly fence: bigint }
+  /** A release handed the lock (or a semaphore's `slot`) to this waiter. */
+  | { readonly kind: 'granted'; readonly fence: bigint; readonly slot?: number | undefined }
   /** The subscriber reconnected: a hand-off may have been missed, look again. */
   | { readonly kind: 'recheck' };
 
@@ -23,6 +23,8 @@ export class Waiter {
   readonly #signal = new WakeSignal();
   /** Highest fence handed to this waiter and not yet taken; 0 when none. */
   #fence = 0n;
+  /** The slot that fence came with (a semaphore's hand-off). */
+  #slot: number | undefined;
   #recheck = false;
 
   constructor(clock: Clock = systemClock) {
@@ -31,7 +33,10 @@ export class Waiter {
 
   deliver(event: WaiterEvent): void {
     if (event.kind === 'granted') {
-      if (event.fence > this.#fence) this.#fence = event.fence;
+      if (event.fence > this.#fence) {
+        this.#fence = event.fence;
+        this.#slot = event.slot;
+      }
     } else {
       this.#recheck = true;
     }
@@ -53,7 +58,7 @@ export class Waiter {
     if (fence > 0n) {
       this.#fence = 0n;
       this.#recheck = false;
-      return { kind: 'granted', fence };
+      return { kind: 'granted', fence, slot: this.#slot };
     }
     if (this.#recheck) {
       this.#recheck = false;

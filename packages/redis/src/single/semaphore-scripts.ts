@@ -1,0 +1,317 @@
+import { LuaScript } from '../lua-script.js';
+import { LUA_CLOCK, LUA_MINT, LUA_VALUES, luaSource } from './scripts.js';
+
+/**
+ * The semaphore's Lua scripts, each atomic on the server. Keys of one semaphore (see `keys.ts`), all under the hash
+ * tag `{N}` and apart from the lock keys of the same name; every script takes the first four, in this order:
+ *   KEYS[1] slots   sorted set: member "n" scored -permits (the limit), and the slots used since the semaphore was
+ *                   last idle, "0" … "hw-1", each scored with its lease's end as last known (server ms; 0: free)
+ *   KEYS[2] fence   the last token handed out on any slot: the lock scripts' fence key, minted by their `mint`
+ *   KEYS[3] queue   list of waiting ownership tokens, oldest first
+ *   KEYS[4] waiters hash ownership token -> "<deadline ms> <ttl ms> <notify channel>" while queued, "=<slot>" once a
+ *                   slot was handed to it (until its release: its grant is flagged q)
+ * and slot i's key, KEYS[1] with "slots" replaced by "slot:<i>": a string valued "<who> <fence> <expiry ms> <flags>"
+ * like a held lock key (flags "-", or "q": handed over from the queue), expiring with the lease (PXAT). Renewals are
+ * thus the lock's own scripts, and a batch may mix locks and permits.
+ *
+ * Slots. A slot key is the truth about its holder; the sorted set is an index that finds a slot in O(log N): the
+ * lowest-scored member is a free slot (0) or the lease known to end first. Renewals do not touch the index, so a
+ * known end may be early, never late: a lease that looks over is checked on its key, and indexed again with its real
+ * end if it is still held (each renewed lease once per lease period, whoever looks). While every used slot is held
+ * and fewer than permits are used, the next grant opens slot hw (ZCARD - 1). A grant writes its slot key only if it
+ * is missing (NX), so an index that lost track (it expired, Redis lost writes) never makes two holders of one slot:
+ * the slot is indexed again and another one tried. Never more than `permits` slots exist, each with one holder.
+ *
+ * The limit: member "n". While anyone holds or waits, a caller with another limit is refused ({"permits",
+ * stored}); once nobody does, any limit is taken and the index starts afresh under it.
+ *
+ * Tokens: one counter for the whole semaphore, so strictly increasing per slot, minted as lock tokens are
+ * (max(last + 1, server clock in µs), the fence key living the lease plus the fence retention past each grant: see
+ * `scripts.ts`). The index lives as long as the fence key (a lease renewed for longer than the fence retention with
+ * no grant meanwhile may outlive it: the slot keys still keep its holder, and the index is rebuilt as above).
+ *
+ * Waiting. A caller queues only when no slot is free (or others wait). A release hands its slot to the oldest live
+ * waiter in the same script, with one message "<owner> <fence> <slot>" to that waiter's process (an entry past its
+ * deadline, or whose process no longer listens, is skipped), so a release wakes exactly one waiter. A lease that runs
+ * out unreleased is noticed by the head waiter, which looks again when the earliest known lease ends; the others
+ * look once a second (a hand-off normally comes first), and any acquire that finds a slot free while others wait
+ * hands it to the oldest of them first.
+ */
+const SEM_PRELUDE = `
+local SLOT = string.sub(KEYS[1], 1, -6) .. 'slot:'
+
+-- The last token, read once and only when a grant needs one (mint keeps the count from there).
+local function token(ttl)
+  if not F then
+    F = tonumber(redis.call('GET', KEYS[2]) or '0')
+    FENCE = F
+  end
+  return mint(ttl)
+end
+
+-- Slot \`slot\`'s lease while it is live: who, fence, expiry (ms), flags; nil when the slot is free or ran out.
+local function holder(slot)
+  local value = redis.call('GET', SLOT .. slot)
+  if not value then return nil end
+  local who, fence, expiry, flags = parse(value)
+  if not expiry or tonumber(expiry) <= now_ms() then return nil end
+  return who, fence, tonumber(expiry), flags
+end
+
+-- Writes \`who\`'s grant of \`slot\` and indexes it; the index lives as long as the fence key.
+local function put(slot, who, fence, ttl, flags)
+  local expiry = num(now_ms() + ttl)
+  redis.call('SET', SLOT .. slot, who .. ' ' .. fence .. ' ' .. expiry .. ' ' .. flags, 'PXAT', expiry)
+  redis.call('ZADD', KEYS[1], expiry, slot)
+  redis.call('PEXPIRE', KEYS[1], num(ttl + RETENTION_MS))
+end
+
+-- A fresh grant of a slot the index says is free. Nil when its key says otherwise (the index had lost track of a
+-- holder): the slot is indexed again with that lease's end.
+local function take(slot, who, ttl)
+  local fence = token(ttl)
+  local expiry = num(now_ms() + ttl)
+  if redis.call('SET', SLOT .. slot, who .. ' ' .. fence .. ' ' .. expiry .. ' -', 'PXAT', expiry, 'NX') then
+    redis.call('ZADD', KEYS[1], expiry, slot)
+    redis.call('PEXPIRE', KEYS[1], num(ttl + RETENTION_MS))
+    return fence
+  end
+  local _, _, held = holder(slot)
+  if held then
+    redis.call('ZADD', KEYS[1], held, slot)
+    return nil
+  end
+  put(slot, who, fence, ttl, '-')
+  return fence
+end
+
+-- Gives \`slot\` (free, or its holder's who lets go) to the oldest waiter still there, telling only that waiter's
+-- process; the caller itself (skip) reads its grant from the reply. Returns the new holder and its token, or nil
+-- when nobody could take it.
+local function hand_over(slot, skip)
+  while true do
+    local head = redis.call('LPOP', KEYS[3])
+    if not head then return nil end
+    local entry = redis.call('HGET', KEYS[4], head)
+    local deadline, ttl, channel
+    if entry then deadline, ttl, channel = string.match(entry, '^(%d+) (%d+) (.+)$') end
+    if deadline and tonumber(deadline) > now_ms() then
+      local fence = token(ttl)
+      if head == skip or publish(channel, head .. ' ' .. fence .. ' ' .. slot) > 0 then
+        put(slot, head, fence, tonumber(ttl), 'q')
+        redis.call('HSET', KEYS[4], head, '=' .. slot)
+        return head, fence
+      end
+    end
+    if entry then redis.call('HDEL', KEYS[4], head) end
+  end
+end
+
+-- \`slot\` is let go (released, or its lease ran out): to the oldest live waiter, else free.
+local function let_go(slot, skip)
+  local head, fence = hand_over(slot, skip)
+  if head then return head, fence end
+  redis.call('DEL', SLOT .. slot)
+  redis.call('ZADD', KEYS[1], 0, slot)
+end
+
+-- Whether anyone holds a live lease or waits with a live deadline (only when a caller asks for another limit).
+local function in_use()
+  for _, waiter in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
+    local entry = redis.call('HGET', KEYS[4], waiter)
+    local deadline = entry and string.match(entry, '^(%d+) ')
+    if deadline and tonumber(deadline) > now_ms() then return true end
+  end
+  for _, slot in ipairs(redis.call('ZREVRANGEBYSCORE', KEYS[1], '+inf', '(0')) do
+    if holder(slot) then return true end
+  end
+  return false
+end
+
+-- The limit stored with the index, from its first members (ZRANGE 0 …): "n" comes first, scored -permits. Nil
+-- when there is none (a semaphore not used since its keys ran out).
+local function stored_limit(first)
+  if first[1] == 'n' then return -tonumber(first[2]) end
+  return nil
+end
+`;
+
+/**
+ * ARGV[1] ownership token, ARGV[2] ttl ms, ARGV[3] wait ms (0: do not queue), ARGV[4] notify channel ('' when not
+ * queueing), ARGV[5] permits, ARGV[6] '1' when the claim looks again (it may have been handed a slot).
+ * Returns {fencing token, slot} for a grant made now, {fencing token, slot, PTTL} for one handed over earlier,
+ * {"permits", stored limit} when the semaphore is in use with another limit, else the ms until the earliest known
+ * lease ends (for the head waiter and a caller that does not queue; 0 for a waiter behind others).
+ */
+const ACQUIRE = `
+local owner, ttl, wait, permits = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[5])
+local now = now_ms()
+
+if ARGV[6] == '1' then
+  local entry = redis.call('HGET', KEYS[4], owner)
+  local handed = entry and string.match(entry, '^=(%d+)$')
+  if handed then
+    local who, fence, expiry = holder(handed)
+    if who == owner then return {fence, tonumber(handed), expiry - now} end
+    -- Handed a slot whose lease ran out before the claim heard of it: it starts again, at the back.
+    redis.call('HDEL', KEYS[4], owner)
+  end
+end
+
+local first = redis.call('ZRANGE', KEYS[1], 0, 1, 'WITHSCORES')
+local stored = stored_limit(first)
+if stored ~= permits then
+  if stored then
+    if in_use() then return {'permits', stored} end
+    redis.call('DEL', KEYS[1])
+  end
+  redis.call('ZADD', KEYS[1], -permits, 'n')
+  first = {}
+end
+
+-- A slot to grant: the lowest-scored if free or its lease is over (checked on its key), else one never used while
+-- fewer than permits are. Nil and the earliest known end when every slot is held.
+local function free_slot(slot, score)
+  while slot and tonumber(score) <= now do
+    if tonumber(score) == 0 then return slot end
+    local who, _, expiry = holder(slot)
+    if not who then return slot end
+    redis.call('ZADD', KEYS[1], expiry, slot)
+    local lowest = redis.call('ZRANGE', KEYS[1], 1, 1, 'WITHSCORES')
+    slot, score = lowest[1], lowest[2]
+  end
+  local used = redis.call('ZCARD', KEYS[1]) - 1
+  if used < permits then
+    if not redis.call('ZSCORE', KEYS[1], used) then return tostring(used) end
+    -- The index was rebuilt out of order (see the header): the lowest slot it lacks.
+    for i = 0, permits - 1 do
+      if not redis.call('ZSCORE', KEYS[1], i) then return tostring(i) end
+    end
+  end
+  return nil, score and tonumber(score)
+end
+
+-- Waiters first: a slot free while anyone is queued (a lease ran out) goes to the oldest live one, which may be
+-- the caller; a caller not queued never overtakes them.
+local queued = redis.call('LLEN', KEYS[3]) > 0
+local slot, earliest = first[3], first[4]
+while true do
+  slot, earliest = free_slot(slot, earliest)
+  if not slot then break end
+  if queued then
+    local head, fence = let_go(slot, owner)
+    if head == owner then return {fence, tonumber(slot)} end
+    -- Nobody took it: the queue held only entries that can no longer take a slot, and the slot is free now.
+    if not head then queued = false end
+  else
+    local fence = take(slot, owner, ttl)
+    if fence then return {fence, tonumber(slot)} end
+  end
+  local lowest = redis.call('ZRANGE', KEYS[1], 1, 1, 'WITHSCORES')
+  slot, earliest = lowest[1], lowest[2]
+end
+
+local hint = earliest and math.max(earliest - now, 1) or 0
+if wait > 0 then
+  if redis.call('HSETNX', KEYS[4], owner, num(now + wait) .. ' ' .. ARGV[2] .. ' ' .. ARGV[4]) == 1 then
+    local length = redis.call('RPUSH', KEYS[3], owner)
+    -- The queue outlives no entry (with a margin, so that a stream of waiters does not extend it on every arrival).
+    if redis.call('PTTL', KEYS[3]) < wait then
+      redis.call('PEXPIRE', KEYS[3], wait + QUEUE_MARGIN_MS)
+      redis.call('PEXPIRE', KEYS[4], wait + QUEUE_MARGIN_MS)
+    end
+    if length > 1 then return 0 end
+  elseif redis.call('LINDEX', KEYS[3], 0) ~= owner then
+    return 0
+  end
+end
+return hint
+`;
+
+/**
+ * KEYS[5] the slot's key; ARGV[1] the claim "<ownership token> <fencing token>", ARGV[2] the slot. Owner-checked:
+ * the slot goes to the oldest live waiter, or is free. Returns 1 when the holder let go, 0 when it did not hold.
+ */
+const RELEASE = `
+local value = redis.call('GET', KEYS[5])
+local claim = ARGV[1] .. ' '
+if not value or string.sub(value, 1, #claim) ~= claim then return 0 end
+local who, _, _, flags = parse(value)
+if not flags then return 0 end
+if has(flags, 'q') then redis.call('HDEL', KEYS[4], who) end
+let_go(ARGV[2])
+return 1
+`;
+
+/**
+ * A claim leaves (ARGV[1] its ownership token): its queue entry goes, and a slot granted to it is kept (ARGV[2] =
+ * '1': returns {fencing token, slot, PTTL}) or let go ('0'). A claim with no entry whose reply was lost may hold a
+ * slot granted without one: it is looked for among the live leases (O(held slots), on this path only). Returns 0
+ * when the claim holds nothing afterwards.
+ */
+const LEAVE = `
+local owner = ARGV[1]
+redis.call('LREM', KEYS[3], 0, owner)
+local entry = redis.call('HGET', KEYS[4], owner)
+local slot
+if entry then
+  redis.call('HDEL', KEYS[4], owner)
+  slot = string.match(entry, '^=(%d+)$')
+else
+  for _, s in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(0', '+inf')) do
+    if holder(s) == owner then
+      slot = s
+      break
+    end
+  end
+end
+if not slot then return 0 end
+local who, fence, expiry = holder(slot)
+if who ~= owner then return 0 end
+if ARGV[2] == '1' then return {fence, tonumber(slot), expiry - now_ms()} end
+let_go(slot)
+return 0
+`;
+
+/**
+ * ARGV[1] permits. Returns how many slots no live lease holds (leases that look over are checked on their keys),
+ * or {"permits", stored limit} as the acquire script does. Writes nothing but the index's corrections.
+ */
+const AVAILABLE = `
+local permits = tonumber(ARGV[1])
+local stored = stored_limit(redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES'))
+if stored ~= permits then
+  if stored and in_use() then return {'permits', stored} end
+  return permits
+end
+for _, slot in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(0', now_ms())) do
+  local who, _, expiry = holder(slot)
+  if who then redis.call('ZADD', KEYS[1], expiry, slot) end
+end
+return math.max(0, permits - redis.call('ZCOUNT', KEYS[1], '(' .. now_ms(), '+inf'))
+`;
+
+export interface SemaphoreScripts {
+  readonly acquire: LuaScript;
+  readonly release: LuaScript;
+  readonly leave: LuaScript;
+  readonly available: LuaScript;
+}
+
+/** The semaphore scripts for one fence retention; `sharded`: publish with SPUBLISH (Redis Cluster). */
+export function semaphoreScripts(fenceRetentionMs: number, sharded = false): SemaphoreScripts {
+  const build = (body: string): LuaScript =>
+    new LuaScript(
+      luaSource(
+        `local T\n${LUA_CLOCK}${LUA_VALUES}${LUA_MINT}${SEM_PRELUDE}${body}`,
+        fenceRetentionMs,
+        sharded,
+      ),
+    );
+  return {
+    acquire: build(ACQUIRE),
+    release: build(RELEASE),
+    leave: build(LEAVE),
+    available: build(AVAILABLE),
+  };
+}
