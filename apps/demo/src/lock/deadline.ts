@@ -1,4 +1,9 @@
+import { systemClock } from '@dlock/core';
+import { boundedCall, CallDeadlines } from '@dlock/core/adapter';
 import { BackendError, oneLine } from '../errors.js';
+
+/** One timer for every first contact the demo makes, as the library bounds its own calls. */
+const deadlines = new CallDeadlines(systemClock);
 
 /**
  * Waits for `promise` at most `ms`; on failure or timeout runs `cleanup` and throws a one-line `BackendError`
@@ -11,21 +16,23 @@ export async function within<T>(
   cleanup: () => void,
   explain: (error: unknown) => string = oneLine,
 ): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`no answer within ${ms / 1000} s`)), ms);
-  });
   try {
-    return await Promise.race([promise, timeout]);
+    return await boundedCall(() => promise, {
+      deadlines,
+      clock: systemClock,
+      timeoutMs: ms,
+      what: 'the server',
+    });
   } catch (error) {
     try {
       cleanup();
     } catch {
       // The driver may already have closed itself; the error that matters is the one above.
     }
-    throw new BackendError(`${what}: ${explain(error)}`);
-  } finally {
-    clearTimeout(timer);
+    // The driver's own error, not core's wrapping of it; core's timeout wraps nothing.
+    if (error instanceof Error && error.cause !== undefined)
+      throw new BackendError(`${what}: ${explain(error.cause)}`);
+    throw new BackendError(`${what}: no answer within ${ms / 1000} s`);
   }
 }
 
