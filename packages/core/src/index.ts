@@ -1,3 +1,4 @@
+/** @deprecated Import `CallDeadlines` from `@dlock/core/adapter`, with the other tools for backends; this root export goes in 1.0. */
 export { CallDeadlines } from './bounded-call.js';
 export { LockClient } from './client.js';
 export { type Clock, type SleepOptions, systemClock } from './clock.js';

@@ -3,11 +3,11 @@ import { type Lease, systemClock } from '@dlock/core';
 import { maxOf } from '@dlock/test-utils';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { QuorumLock, UNDECIDED } from '../src/redlock/quorum-lock.js';
+import { QuorumLock, UNDECIDED } from '../src/redlock/redlock-protocol.js';
 import { type Fault, ModelNode, World } from './redlock-model.js';
 
 /*
- * The quorum algorithm itself (src/redlock/quorum-lock.ts) over in-process nodes with the scripts' semantics:
+ * The quorum algorithm itself (src/redlock/redlock-protocol.ts) over in-process nodes with the scripts' semantics:
  * arbitrary sequences of grants, releases, renewals, time passing, crashes, lost requests and lost replies.
  */
 

@@ -6,7 +6,7 @@ import type { RedisConnection, RedisSubscription } from '../src/clients/connecti
 import { hashTagOf, redlockKeys } from '../src/keys.js';
 import { RedlockService, type RedlockServiceOptions } from '../src/redlock/index.js';
 import type { NodeRelease } from '../src/redlock/node.js';
-import { QuorumLock } from '../src/redlock/quorum-lock.js';
+import { QuorumLock } from '../src/redlock/redlock-protocol.js';
 import { RedlockReleaseWatch } from '../src/redlock/redlock-release-watch.js';
 import { type Outcome, RoundDeadlines, runRound } from '../src/redlock/round.js';
 import { ModelNode, World } from './redlock-model.js';

@@ -13,8 +13,8 @@ import {
 import { RedisServiceClosedError } from '../errors.js';
 import { type RedlockServiceOptions, resolveRedlockOptions } from '../options.js';
 import { newOwnershipToken } from '../tokens.js';
-import { QuorumLock, UNDECIDED } from './quorum-lock.js';
 import { RedisRedlockNode } from './redis-node.js';
+import { QuorumLock, UNDECIDED } from './redlock-protocol.js';
 import { RedlockReleaseWatch } from './redlock-release-watch.js';
 
 export type { RedlockServiceOptions } from '../options.js';

@@ -1,5 +1,6 @@
 import { setMaxListeners } from 'node:events';
-import { CallDeadlines, type Clock, TransportError } from '@dlock/core';
+import { type Clock, TransportError } from '@dlock/core';
+import { CallDeadlines } from '@dlock/core/adapter';
 
 /** What one node did in a round. */
 export type Outcome<T> =
