@@ -111,6 +111,7 @@ export interface ZooKeeperSemaphoreProtocolDeps {
 const NOT_RENEWED: RenewResult = Object.freeze({ renewed: false });
 const GONE: Standing<PermitWait> = Object.freeze({ kind: 'gone' });
 const EMPTY = Buffer.alloc(0);
+const EMPTY_SET: ReadonlySet<PermitRecord> = new Set();
 /** Reads and writes of one enqueue that lost a race (a slot taken, a parent swept) before it stops trying to jump in. */
 const MAX_ROUNDS = 8;
 /** How long a failing delete is retried while its session lives (as for locks). */
@@ -142,6 +143,8 @@ export class ZooKeeperSemaphoreProtocol implements QueueDriver<PermitClaim, Perm
   readonly #deps: ZooKeeperSemaphoreProtocolDeps;
   readonly #clock: Clock;
   readonly #records = new Map<string, PermitRecord>();
+  /** The same records by session: what a tick, a reconnect or a session's end looks at. */
+  readonly #bySession = new Map<Session, Set<PermitRecord>>();
   readonly #waiting = new Set<Waiting>();
   /** Whether a multi's reply zxid is the created node's czxid: checked once against `exists`, then trusted. */
   #replyZxidTrusted: boolean | undefined;
@@ -345,7 +348,7 @@ export class ZooKeeperSemaphoreProtocol implements QueueDriver<PermitClaim, Perm
 
   /** After a reconnect under the same session: checks every permit of it at once and reports those that are gone. */
   async verify(session: Session): Promise<void> {
-    const records = [...this.#records.values()].filter((record) => record.session === session);
+    const records = [...this.#recordsOf(session)];
     if (records.length === 0 || session.ended) return;
     const gone: string[] = [];
     await Promise.all(
@@ -373,8 +376,8 @@ export class ZooKeeperSemaphoreProtocol implements QueueDriver<PermitClaim, Perm
   async reapOverdue(session: Session): Promise<void> {
     const now = this.#clock.monotonic();
     const reaped: Promise<void>[] = [];
-    for (const record of this.#records.values()) {
-      if (record.session === session && now - record.confirmedAt >= session.timeoutMs) {
+    for (const record of this.#recordsOf(session)) {
+      if (now - record.confirmedAt >= session.timeoutMs) {
         reaped.push(this.#reap(record));
       }
     }
@@ -387,8 +390,7 @@ export class ZooKeeperSemaphoreProtocol implements QueueDriver<PermitClaim, Perm
    */
   sessionEnded(session: Session): void {
     const tokens: string[] = [];
-    for (const record of [...this.#records.values()]) {
-      if (record.session !== session) continue;
+    for (const record of [...this.#recordsOf(session)]) {
       tokens.push(record.token);
       this.#forget(record);
       if (!session.owned)
@@ -447,9 +449,11 @@ export class ZooKeeperSemaphoreProtocol implements QueueDriver<PermitClaim, Perm
       for (const child of children) {
         const limit = limitOf(child);
         if (limit === undefined) continue;
-        if (limit === permits) return 'again'; // made by someone else since the read
-        ops.push({ op: 'remove', path: `${semaphore}/${child}` });
-        others.push(limit);
+        const path = `${semaphore}/${child}`;
+        if (path === claim.slots) return 'again'; // made by someone else since the read
+        // The queue parent without its holders' parent (deleted by hand) is re-made, empty or NotEmpty as any take.
+        ops.push({ op: 'remove', path });
+        if (limit !== permits) others.push(limit);
       }
     }
     ops.push(
@@ -458,7 +462,7 @@ export class ZooKeeperSemaphoreProtocol implements QueueDriver<PermitClaim, Perm
     );
     const taken = await this.#take(claim, session, 0, ops, (failed, code) => {
       const op = ops[failed];
-      if (code === ZK_ERROR.NOT_EMPTY && op?.op === 'remove') {
+      if (code === ZK_ERROR.NOT_EMPTY && op?.op === 'remove' && op.path !== claim.parent) {
         const other = limitOf(op.path.slice(semaphore.length + 1)) ?? others[0] ?? 0;
         throw new PermitsMismatchError(claim.request.name, permits, other);
       }
@@ -504,6 +508,11 @@ export class ZooKeeperSemaphoreProtocol implements QueueDriver<PermitClaim, Perm
     // Someone waits: the queue parent is not empty.
     if (outcome.code === ZK_ERROR.NOT_EMPTY && failedOp?.op === 'remove' && failedOp.path === claim.parent) {
       return 'queued';
+    }
+    if (outcome.code === ZK_ERROR.NO_NODE && failedOp?.op === 'remove' && failedOp.path === claim.parent) {
+      // The holders' parent without the queue parent (deleted by hand): make it, then look again.
+      await createPersistent(session, claim.parent);
+      return 'again';
     }
     if (outcome.code === ZK_ERROR.NODE_EXISTS || outcome.code === ZK_ERROR.NO_NODE) return 'again';
     throw new TransportError(`ZooKeeper refused to take slot ${path} (error ${String(outcome.code)})`);
@@ -599,6 +608,9 @@ export class ZooKeeperSemaphoreProtocol implements QueueDriver<PermitClaim, Perm
       confirmedAt: session.lastContactAt,
     };
     this.#records.set(token, record);
+    const ofSession = this.#bySession.get(session);
+    if (ofSession) ofSession.add(record);
+    else this.#bySession.set(session, new Set([record]));
     session.engage();
     session.letGo(claim);
     claim.lease = record;
@@ -758,8 +770,11 @@ export class ZooKeeperSemaphoreProtocol implements QueueDriver<PermitClaim, Perm
   // ------------------------------------------------------------------------------------------------ records
 
   #hasRecords(session: Session): boolean {
-    for (const record of this.#records.values()) if (record.session === session) return true;
-    return false;
+    return this.#bySession.has(session);
+  }
+
+  #recordsOf(session: Session): ReadonlySet<PermitRecord> {
+    return this.#bySession.get(session) ?? EMPTY_SET;
   }
 
   #lookup(lease: Lease): PermitRecord | undefined {
@@ -775,6 +790,9 @@ export class ZooKeeperSemaphoreProtocol implements QueueDriver<PermitClaim, Perm
   #forget(record: PermitRecord): void {
     if (this.#records.get(record.token) !== record) return;
     this.#records.delete(record.token);
+    const ofSession = this.#bySession.get(record.session);
+    ofSession?.delete(record);
+    if (ofSession?.size === 0) this.#bySession.delete(record.session);
     record.session.disengage();
     this.#deps.semaphores.unuse(record.semaphore);
   }
@@ -855,6 +873,16 @@ async function removeNode(session: Session, path: string): Promise<void> {
     await session.remove(path);
   } catch (error) {
     if (zkErrorCode(error) !== ZK_ERROR.NO_NODE) throw error;
+  }
+}
+
+/** Creates a persistent node; NodeExists and NoNode (its parent went meanwhile) are left to the next look. */
+async function createPersistent(session: Session, path: string): Promise<void> {
+  try {
+    await session.create(path, EMPTY, CREATE_MODE.PERSISTENT);
+  } catch (error) {
+    const code = zkErrorCode(error);
+    if (code !== ZK_ERROR.NODE_EXISTS && code !== ZK_ERROR.NO_NODE) throw error;
   }
 }
 

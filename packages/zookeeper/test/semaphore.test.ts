@@ -201,6 +201,22 @@ describe('semaphores on a real ZooKeeper', () => {
     await wider?.release();
   });
 
+  it('re-makes a parent deleted by hand instead of failing', async () => {
+    const client = lockClient(service());
+    const name = uniqueName('handmade');
+    const pool = client.semaphore(name, { permits: 2, ttlMs: TTL });
+    await (await pool.acquire()).release();
+    const semaphore = semaphorePath(ROOT, name);
+    await remove(`${semaphore}/queue-2`);
+    const first = await pool.acquire({ waitMs: 1_000 });
+    expect(await treeOf(name)).toEqual(['queue-2', 'slots-2', 'slots-2/0']);
+    await first.release();
+    await remove(`${semaphore}/slots-2`);
+    const second = await pool.acquire({ waitMs: 1_000 });
+    expect(await treeOf(name)).toEqual(['queue-2', 'slots-2', 'slots-2/0']);
+    await second.release();
+  });
+
   it('deletes an idle semaphore node with its parents, and one every process left behind', {
     timeout: 20_000,
   }, async () => {
