@@ -4,6 +4,8 @@ import pg from 'pg';
 import { PG_URL } from './servers/defaults.js';
 
 export { type ChildRun, type RunBuiltPackageOptions, runBuiltPackage } from './built-package.js';
+export * from './semaphore-history.js';
+export * from './semaphore-soak.js';
 export { ETCD_ENDPOINT, MYSQL_URL, PG_URL, REDIS_URL, ZK_CONNECT } from './servers/defaults.js';
 export * from './servers/etcd.js';
 export {
