@@ -16,8 +16,8 @@ import { LUA_CLOCK, LUA_MINT, LUA_VALUES, luaSource } from './scripts.js';
  *
  * Slots. A slot key is the truth about its holder; the sorted set is an index that finds a slot in O(log N): the
  * lowest-scored member is a free slot (0) or the lease known to end first. Renewals do not touch the index, so a
- * known end may be early, never late: a lease that looks over is checked on its key, and indexed again with its real
- * end if it is still held (each renewed lease once per lease period, whoever looks). While every used slot is held
+ * known end may be early, never late: when no slot is known to be free, the leases that look over are checked on
+ * their keys and indexed again with their real end (or 0: ran out), each renewed lease once per lease period. While every used slot is held
  * and fewer than permits are used, the next grant opens slot hw (ZCARD - 1). A grant writes its slot key only if it
  * is missing (NX), so an index that lost track (it expired, Redis lost writes) never makes two holders of one slot:
  * the slot is indexed again and another one tried. Never more than `permits` slots exist, each with one holder.
@@ -33,9 +33,10 @@ import { LUA_CLOCK, LUA_MINT, LUA_VALUES, luaSource } from './scripts.js';
  * Waiting. A caller queues only when no slot is free (or others wait). A release hands its slot to the oldest live
  * waiter in the same script, with one message "<owner> <fence> <slot>" to that waiter's process (an entry past its
  * deadline, or whose process no longer listens, is skipped), so a release wakes exactly one waiter. A lease that runs
- * out unreleased is noticed by the head waiter, which looks again when the earliest known lease ends; the others
- * look once a second (a hand-off normally comes first), and any acquire that finds a slot free while others wait
- * hands it to the oldest of them first.
+ * out unreleased is noticed by the head waiter, which looks again when the earliest known lease ends; the p-th
+ * waiter looks when the p-th lease to end does (those ahead take the earlier ones), one further back than there are
+ * slots once a second; and any acquire that finds a slot free while others wait hands it to the oldest of them
+ * first. No herd: each expiry wakes the waiter it is due to.
  */
 const SEM_PRELUDE = `
 local SLOT = string.sub(KEYS[1], 1, -6) .. 'slot:'
@@ -128,6 +129,17 @@ local function in_use()
   return false
 end
 
+-- Leases the index says are over are checked on their keys: one renewed meanwhile is indexed with its real end, one
+-- that ran out is marked free (0). Returns whether there were any.
+local function refresh()
+  local over = redis.call('ZRANGEBYSCORE', KEYS[1], '(0', now_ms())
+  for _, slot in ipairs(over) do
+    local _, _, expiry = holder(slot)
+    redis.call('ZADD', KEYS[1], expiry or 0, slot)
+  end
+  return #over > 0
+end
+
 -- The limit stored with the index, from its first members (ZRANGE 0 …): "n" comes first, scored -permits. Nil
 -- when there is none (a semaphore not used since its keys ran out).
 local function stored_limit(first)
@@ -169,17 +181,14 @@ if stored ~= permits then
   first = {}
 end
 
--- A slot to grant: the lowest-scored if free or its lease is over (checked on its key), else one never used while
--- fewer than permits are. Nil and the earliest known end when every slot is held.
+-- A slot to grant, given the lowest-scored one: it if free, else (leases that look over checked first) one never
+-- used while fewer than permits are. Nil and the earliest known end when every slot is held.
 local function free_slot(slot, score)
-  while slot and tonumber(score) <= now do
-    if tonumber(score) == 0 then return slot end
-    local who, _, expiry = holder(slot)
-    if not who then return slot end
-    redis.call('ZADD', KEYS[1], expiry, slot)
+  if slot and tonumber(score) > 0 and refresh() then
     local lowest = redis.call('ZRANGE', KEYS[1], 1, 1, 'WITHSCORES')
     slot, score = lowest[1], lowest[2]
   end
+  if slot and tonumber(score) == 0 then return slot end
   local used = redis.call('ZCARD', KEYS[1]) - 1
   if used < permits then
     if not redis.call('ZSCORE', KEYS[1], used) then return tostring(used) end
@@ -211,21 +220,22 @@ while true do
   slot, earliest = lowest[1], lowest[2]
 end
 
-local hint = earliest and math.max(earliest - now, 1) or 0
-if wait > 0 then
-  if redis.call('HSETNX', KEYS[4], owner, num(now + wait) .. ' ' .. ARGV[2] .. ' ' .. ARGV[4]) == 1 then
-    local length = redis.call('RPUSH', KEYS[3], owner)
-    -- The queue outlives no entry (with a margin, so that a stream of waiters does not extend it on every arrival).
-    if redis.call('PTTL', KEYS[3]) < wait then
-      redis.call('PEXPIRE', KEYS[3], wait + QUEUE_MARGIN_MS)
-      redis.call('PEXPIRE', KEYS[4], wait + QUEUE_MARGIN_MS)
-    end
-    if length > 1 then return 0 end
-  elseif redis.call('LINDEX', KEYS[3], 0) ~= owner then
-    return 0
+if wait == 0 then return earliest and math.max(earliest - now, 1) or 0 end
+local position
+if redis.call('HSETNX', KEYS[4], owner, num(now + wait) .. ' ' .. ARGV[2] .. ' ' .. ARGV[4]) == 1 then
+  position = redis.call('RPUSH', KEYS[3], owner)
+  -- The queue outlives no entry (with a margin, so that a stream of waiters does not extend it on every arrival).
+  if redis.call('PTTL', KEYS[3]) < wait then
+    redis.call('PEXPIRE', KEYS[3], wait + QUEUE_MARGIN_MS)
+    redis.call('PEXPIRE', KEYS[4], wait + QUEUE_MARGIN_MS)
   end
+else
+  position = (redis.call('LPOS', KEYS[3], owner) or -1) + 1
 end
-return hint
+-- The p-th waiter's turn comes by expiry when the p-th lease to end does, as far as the index knows (a release hands
+-- over sooner); one further back than there are slots looks once a second.
+local nth = position > 0 and redis.call('ZRANGE', KEYS[1], position, position, 'WITHSCORES')[2]
+return nth and math.max(tonumber(nth) - now, 1) or 0
 `;
 
 /**
@@ -284,10 +294,7 @@ if stored ~= permits then
   if stored and in_use() then return {'permits', stored} end
   return permits
 end
-for _, slot in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(0', now_ms())) do
-  local who, _, expiry = holder(slot)
-  if who then redis.call('ZADD', KEYS[1], expiry, slot) end
-end
+refresh()
 return math.max(0, permits - redis.call('ZCOUNT', KEYS[1], '(' .. now_ms(), '+inf'))
 `;
 
