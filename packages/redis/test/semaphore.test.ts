@@ -1,8 +1,8 @@
 import { randomBytes } from 'node:crypto';
-import { type Permit, PermitsMismatchError } from '@dlock/core';
+import { LockClient, type Permit, PermitsMismatchError, UnsupportedError } from '@dlock/core';
 import { REDIS_URL } from '@dlock/test-utils';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { RedisLockService, semaphoreKeys, semaphoreSlotKey } from '../src/index.js';
+import { RedisLockService, RedlockService, semaphoreKeys, semaphoreSlotKey } from '../src/index.js';
 import { FAMILY_PAIR } from './clients.js';
 import { commandCalls, connect, disconnect, type Redis, SideRedis, sleep } from './helpers.js';
 import { ClientsOf, servesSixWaitersInOrder, subjectOn } from './semaphore-cases.js';
@@ -148,6 +148,21 @@ for (const family of FAMILY_PAIR) {
     });
   });
 }
+
+describe('RedlockService', () => {
+  it('does not hand out permits: client.semaphore throws UnsupportedError', async () => {
+    const client = await connect(REDIS_URL);
+    const redlock = new RedlockService({ clients: [client] });
+    const locks = new LockClient(redlock);
+    try {
+      expect(() => locks.semaphore('pool', { permits: 2, ttlMs: 1_000 })).toThrow(UnsupportedError);
+    } finally {
+      await locks.close();
+      await redlock.close();
+      await disconnect(client);
+    }
+  });
+});
 
 describe('what a permit costs (node-redis 5, on a private server)', () => {
   let side: SideRedis;
