@@ -53,7 +53,10 @@ export interface PermitClaim {
   readonly queueKey: Buffer;
   /** Every key this attempt writes has this value; its random attempt id tells this attempt's slot key apart. */
   readonly value: Buffer;
+  /** The lease the queue key is written with: the claim's own, or on a session the waiters' session. */
   lease: TrackedLease | undefined;
+  /** The lease the last slot key put named: the claim's own, or the grants' session. */
+  holder: TrackedLease | undefined;
   /** A put of the queue key was sent and the key has not been taken out by us since. */
   queued: boolean;
   /** Create revision of the queue key; 0 while unknown. */
@@ -197,6 +200,7 @@ export class EtcdSemaphoreProtocol implements QueueDriver<PermitClaim, PermitWai
         ...(request.metadata === undefined ? {} : { metadata: request.metadata }),
       }),
       lease: undefined,
+      holder: undefined,
       queued: false,
       queueRevision: 0n,
       slot: undefined,
@@ -212,40 +216,46 @@ export class EtcdSemaphoreProtocol implements QueueDriver<PermitClaim, PermitWai
 
   /**
    * Takes a lease (or joins the session), then one transaction: a free slot if nobody queues, else (when waiting)
-   * a queue key. A first waiter that saw a free slot takes it at once with one more transaction.
+   * a queue key. A first waiter that saw a free slot takes it at once with one more transaction. On a session the
+   * queue key rides on the waiters' session, opened (one more round trip) when the first waiter needs it.
    */
   async enqueue(claim: PermitClaim, { queue }: { readonly queue: boolean }): Promise<Standing<PermitWait>> {
     const { request } = claim;
-    const { lease, refresh } = await this.#session.forAcquire(request.ttlMs, claim.startedAt, request.signal);
-    claim.lease = lease;
-    let entered: Entered;
+    const { signal } = request;
+    const { lease: holder, refresh } = await this.#session.forAcquire(request.ttlMs, claim.startedAt, signal);
+    claim.holder = holder;
+    const waitersTtlS = this.#session.sessionTtlS(request.ttlMs);
+    let waiters = !queue ? undefined : holder.session ? this.#session.liveWaiters(waitersTtlS) : holder;
+    claim.lease = waiters ?? holder;
+    let entered: Exclude<Entered, { readonly kind: 'stale' }> | undefined;
     try {
-      entered = await this.#enter(claim, lease, queue);
-      if (entered.kind === 'stale') {
-        await this.#deleteQueueKey(claim, { signal: request.signal });
-        entered = await this.#enter(claim, lease, queue);
-        if (entered.kind === 'stale') return GONE;
+      entered = await this.#enterOnce(claim, holder, waiters);
+      if (queue && !waiters && entered?.kind === 'refused') {
+        waiters = await unlessAborted(this.#session.session(waitersTtlS, 'waiters'), signal);
+        claim.lease = waiters;
+        entered = await this.#enterOnce(claim, holder, waiters);
       }
     } catch (error) {
       // Not awaited: a refresh whose answer is lost must not hold up taking our keys back.
       refresh?.catch(() => undefined);
       if (!isLeaseNotFound(error)) throw error;
-      this.#session.markLost(lease);
+      await this.#findLost([holder, waiters]);
       return GONE;
     }
-    const refreshed = refresh ? await unlessAborted(refresh.catch(asError), request.signal) : undefined;
+    if (!entered) return GONE;
+    const refreshed = refresh ? await unlessAborted(refresh.catch(asError), signal) : undefined;
     claim.roundTripMs = this.#requests.clock.monotonic() - entered.sentAt;
     if (refreshed && !(refreshed instanceof Error) && !refreshed.alive) return GONE;
     if (entered.kind === 'refused') return NOT_QUEUED;
     let standing: Standing<PermitWait>;
-    if (entered.kind === 'granted') standing = this.#grant(claim, lease);
+    if (entered.kind === 'granted') standing = this.#grant(claim, holder);
     else if (entered.predecessor !== undefined) {
       return this.#behind(claim, { predecessor: entered.predecessor, fromRevision: entered.revision + 1n });
     } else if (entered.free === undefined) return this.#behind(claim, { slotsFrom: entered.revision + 1n });
-    else standing = await this.#promote(claim, lease, entered.free);
+    else standing = await this.#promote(claim, entered.free, holder);
     if (
       standing.kind === 'first' &&
-      (refreshed instanceof Error || lease.expiresAt - claim.startedAt < request.ttlMs)
+      (refreshed instanceof Error || holder.expiresAt - claim.startedAt < request.ttlMs)
     ) {
       throw transportError('session keep-alive', refreshed ?? new Error('session lease too close to expiry'));
     }
@@ -279,8 +289,8 @@ export class EtcdSemaphoreProtocol implements QueueDriver<PermitClaim, PermitWai
     }
     const freed = claim.freed;
     claim.freed = undefined;
-    if (freed !== undefined) return this.#promote(claim, lease, freed);
-    return this.#position(claim, lease, at);
+    if (freed !== undefined) return this.#promote(claim, freed);
+    return this.#position(claim, at);
   }
 
   /**
@@ -339,10 +349,10 @@ export class EtcdSemaphoreProtocol implements QueueDriver<PermitClaim, PermitWai
   async leave(claim: PermitClaim): Promise<void> {
     this.#stopWaiting(claim);
     if (claim.token !== undefined) this.#forget(claim.token);
-    const lease = claim.lease;
-    if (!lease?.session) {
+    const { holder, lease: waiters } = claim;
+    if (!holder?.session) {
       try {
-        if (lease) await this.#session.revoke(lease, this.#undoTryMs);
+        if (holder) await this.#session.revoke(holder, this.#undoTryMs);
       } finally {
         this.#freeNumber(claim);
       }
@@ -350,31 +360,29 @@ export class EtcdSemaphoreProtocol implements QueueDriver<PermitClaim, PermitWai
     }
     const writing = claim.writing;
     const known = claim.queueRevision > 0n;
-    if (!lease.isLost) {
-      const deletes: RequestOpLike[] = [];
-      if (claim.queued)
-        deletes.push(
-          this.#guardedDelete(
-            claim.queueKey,
-            known ? createdAt(claim.queueKey, claim.queueRevision) : undefined,
-          ),
-        );
-      const slot = claim.slot;
-      if (slot !== undefined) {
-        const key = slotKey(claim.layout, slot);
-        const guard: CompareLike =
-          claim.slotRevision > 0n
-            ? createdAt(key, claim.slotRevision)
-            : { key, target: 'Value', result: 'Equal', value: claim.value };
-        deletes.push(this.#guardedDelete(key, guard));
-      }
-      if (deletes.length > 0) {
-        await this.#requests.run('release', (options) => this.#kv.txn({ success: deletes }, options), {
-          timeoutMs: this.#undoTryMs,
-        });
-      }
+    // A key on a lost lease went with it.
+    const queued = claim.queued && waiters !== undefined && !waiters.isLost;
+    const deletes: RequestOpLike[] = [];
+    if (queued) {
+      deletes.push(
+        guardedDelete(claim.queueKey, known ? createdAt(claim.queueKey, claim.queueRevision) : undefined),
+      );
     }
-    if (known || !claim.queued) this.#freeNumber(claim);
+    const slot = claim.slot;
+    if (slot !== undefined && !holder.isLost) {
+      const key = slotKey(claim.layout, slot);
+      const guard: CompareLike =
+        claim.slotRevision > 0n
+          ? createdAt(key, claim.slotRevision)
+          : { key, target: 'Value', result: 'Equal', value: claim.value };
+      deletes.push(guardedDelete(key, guard));
+    }
+    if (deletes.length > 0) {
+      await this.#requests.run('release', (options) => this.#kv.txn({ success: deletes }, options), {
+        timeoutMs: this.#undoTryMs,
+      });
+    }
+    if (known || !queued) this.#freeNumber(claim);
     if (writing) throw new TransportError('etcd acquire: a write given up on may still land');
   }
 
@@ -462,6 +470,48 @@ export class EtcdSemaphoreProtocol implements QueueDriver<PermitClaim, PermitWai
     return own;
   }
 
+  /** `#enter`, and once more after deleting a stale queue key of ours; undefined if it is still there. */
+  async #enterOnce(
+    claim: PermitClaim,
+    holder: TrackedLease,
+    waiters: TrackedLease | undefined,
+  ): Promise<Exclude<Entered, { readonly kind: 'stale' }> | undefined> {
+    const entered = await this.#enter(claim, holder, waiters);
+    if (entered.kind !== 'stale') return entered;
+    await this.#deleteQueueKey(claim, { signal: claim.request.signal });
+    const again = await this.#enter(claim, holder, waiters);
+    return again.kind === 'stale' ? undefined : again;
+  }
+
+  /**
+   * etcd refused a put for a lease it no longer knows, without saying which: a keep-alive of each asks (and marks
+   * the lost one lost), so that a lost waiters' session never makes the grants' session look lost, or the reverse.
+   */
+  async #findLost(leases: readonly (TrackedLease | undefined)[]): Promise<void> {
+    const distinct = new Set(leases.filter((lease): lease is TrackedLease => lease !== undefined));
+    const now = this.#requests.clock.monotonic();
+    await Promise.allSettled([...distinct].map((lease) => this.#session.keepAlive(lease, now)));
+  }
+
+  /**
+   * The lease a first waiter's slot key is written with: its own lease, or the grants' session, refreshed first
+   * when its known life is shorter than the TTL (a grant's validity counts from the lease's last confirmation).
+   * Undefined when etcd says the session is gone.
+   */
+  async #holderFor(claim: PermitClaim): Promise<TrackedLease | undefined> {
+    const { holder } = claim;
+    if (holder && !holder.session) return holder;
+    const { request } = claim;
+    const clock = this.#requests.clock;
+    const { lease, refresh } = await this.#session.forAcquire(
+      request.ttlMs,
+      clock.monotonic(),
+      request.signal,
+    );
+    if (refresh && !(await unlessAborted(refresh, request.signal)).alive) return undefined;
+    return lease;
+  }
+
   /**
    * The enqueue transaction. Outer comparison: no key of the semaphore under another limit (else the two ranges are
    * read, and the limit found is refused). Inner comparison: nobody queued and the slot we guess free is free → the
@@ -469,8 +519,13 @@ export class EtcdSemaphoreProtocol implements QueueDriver<PermitClaim, PermitWai
    * read again (its create revision is our place), and the two newest queue keys (the one before ours is the one
    * to watch) and the slot keys are read; when not waiting: only the first queue key and the slot keys are read.
    */
-  async #enter(claim: PermitClaim, lease: TrackedLease, queue: boolean): Promise<Entered> {
+  async #enter(
+    claim: PermitClaim,
+    holder: TrackedLease,
+    waiters: TrackedLease | undefined,
+  ): Promise<Entered> {
     const { layout, queueKey, value, request } = claim;
+    const queue = waiters !== undefined;
     const hintKey = hintKeyOf(layout);
     let guess = this.#hints.guess(hintKey, layout.permits);
     for (let tries = 1; ; tries++) {
@@ -479,7 +534,7 @@ export class EtcdSemaphoreProtocol implements QueueDriver<PermitClaim, PermitWai
       const failure: RequestOpLike[] = queue
         ? [
             keysOnly(queueKey),
-            { request_put: { key: queueKey, value, lease: lease.id } },
+            { request_put: { key: queueKey, value, lease: waiters.id } },
             keysOnly(queueKey),
             { request_range: byCreate(layout.queue, layout.queueEnd, 'Descend', 2) },
             keysOnly(layout.slots, layout.slotsEnd),
@@ -503,7 +558,7 @@ export class EtcdSemaphoreProtocol implements QueueDriver<PermitClaim, PermitWai
               {
                 request_txn: {
                   compare: [isEmpty(layout.queue, layout.queueEnd), createdAt(key, 0n)],
-                  success: [{ request_put: { key, value, lease: lease.id } }],
+                  success: [{ request_put: { key, value, lease: holder.id } }],
                   failure,
                 },
               },
@@ -544,8 +599,11 @@ export class EtcdSemaphoreProtocol implements QueueDriver<PermitClaim, PermitWai
    * First in line: one transaction takes slot `slot` if our queue key is still the one we wrote (so our lease is
    * alive) and the slot key is absent, deleting our queue key in the same step; else reads both again.
    */
-  async #promote(claim: PermitClaim, lease: TrackedLease, slot: number): Promise<Standing<PermitWait>> {
+  async #promote(claim: PermitClaim, slot: number, given?: TrackedLease): Promise<Standing<PermitWait>> {
     const { layout, queueKey, value } = claim;
+    const lease = given ?? (await this.#holderFor(claim));
+    if (!lease) return GONE;
+    claim.holder = lease;
     const hintKey = hintKeyOf(layout);
     let target = slot;
     for (let tries = 1; ; tries++) {
@@ -571,7 +629,7 @@ export class EtcdSemaphoreProtocol implements QueueDriver<PermitClaim, PermitWai
       } catch (error) {
         if (!isLeaseNotFound(error)) throw error;
         claim.slot = undefined;
-        this.#session.markLost(lease);
+        await this.#findLost([lease, claim.lease]);
         return GONE;
       } finally {
         this.#hints.remove(hintKey, target);
@@ -593,7 +651,7 @@ export class EtcdSemaphoreProtocol implements QueueDriver<PermitClaim, PermitWai
    * One read of where the claim stands. The comparison "every queue key was created at or after ours" holds exactly
    * when ours is first (an empty queue fails it); then the slot keys are read, else the queue key just before ours.
    */
-  async #position(claim: PermitClaim, lease: TrackedLease, at: number): Promise<Standing<PermitWait>> {
+  async #position(claim: PermitClaim, at: number): Promise<Standing<PermitWait>> {
     const { layout, queueKey, queueRevision, request } = claim;
     const clock = this.#requests.clock;
     let response: TxnResponseLike;
@@ -641,7 +699,7 @@ export class EtcdSemaphoreProtocol implements QueueDriver<PermitClaim, PermitWai
     }
     const free = lowestFree(layout, rangeKvs(response, 1));
     if (free === undefined) return this.#behind(claim, { slotsFrom: revision + 1n });
-    return this.#promote(claim, lease, free);
+    return this.#promote(claim, free);
   }
 
   /** A write of the claim's keys: `writing` is set until etcd answers, even after core gave up on it. */
@@ -719,12 +777,6 @@ export class EtcdSemaphoreProtocol implements QueueDriver<PermitClaim, PermitWai
       return transportError('acquire', new Error('refused, but no key under another limit was read'));
     // A key under the semaphore's directory that this package did not write has no limit to report: 0.
     return new PermitsMismatchError(layout.name, layout.permits, limitOf(layout, other.key) ?? 0);
-  }
-
-  #guardedDelete(key: Buffer, guard: CompareLike | undefined): RequestOpLike {
-    return {
-      request_txn: { compare: guard ? [guard] : [], success: [{ request_delete_range: { key } }] },
-    };
   }
 
   /** Deletes our stale queue key by the create revision the failed enqueue read, before writing it afresh. */
@@ -865,6 +917,10 @@ function lowestFree(layout: SemaphoreLayout, kvs: readonly KeyValueLike[]): numb
   }
   for (let slot = 0; slot < layout.permits; slot++) if (!taken.has(slot)) return slot;
   return undefined;
+}
+
+function guardedDelete(key: Buffer, guard: CompareLike | undefined): RequestOpLike {
+  return { request_txn: { compare: guard ? [guard] : [], success: [{ request_delete_range: { key } }] } };
 }
 
 /** A key under another limit, from the first two ranges of an answer (see `#otherLimits`). */

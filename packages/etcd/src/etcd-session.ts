@@ -79,8 +79,9 @@ export class EtcdSession {
   readonly #sessionTtlMs: number | undefined;
   readonly #channel: KeepAliveChannel;
   readonly #onSessionLost: (ownershipTokens: readonly string[]) => void;
-  readonly #sessions = new Map<number, TrackedLease>();
-  readonly #opening = new Map<number, Promise<TrackedLease>>();
+  /** Live session leases by pool and TTL (`grants:10`, `waiters:10`). */
+  readonly #sessions = new Map<string, TrackedLease>();
+  readonly #opening = new Map<string, Promise<TrackedLease>>();
   #closed = false;
 
   constructor(
@@ -108,6 +109,21 @@ export class EtcdSession {
     const lease = await unlessAborted(this.session(seconds(Math.max(ttlMs, this.#sessionTtlMs))), signal);
     if (lease.expiresAt - startedAt >= ttlMs) return { lease };
     return { lease, refresh: this.keepAlive(lease, startedAt + ttlMs - lease.ttlMs) };
+  }
+
+  /** The TTL in seconds of the session lease for grants of `ttlMs` (session mode only). */
+  sessionTtlS(ttlMs: number): number {
+    return seconds(Math.max(ttlMs, this.#sessionTtlMs ?? 0));
+  }
+
+  /**
+   * The live waiters' session for `ttlS`, without I/O; undefined if there is none or its known life ran out. A
+   * semaphore's waiters queue on a session lease of their own, so that keeping them alive never extends a holder's
+   * lease (a permit taken with `renew: false` must run out even while others wait behind it).
+   */
+  liveWaiters(ttlS: number): TrackedLease | undefined {
+    const current = this.#sessions.get(`waiters:${ttlS}`);
+    return current && !current.isLost && current.expiresAt > this.#clock.monotonic() ? current : undefined;
   }
 
   /** With `signal`, settles as soon as it aborts; a lease granted after that is revoked when the answer comes. */
@@ -225,32 +241,33 @@ export class EtcdSession {
   }
 
   /**
-   * The live session lease for locks of TTL `ttlS`, granting one if there is none. A session whose known life
+   * The live session lease of `pool` for grants of TTL `ttlS`, granting one if there is none. A session whose known life
    * has run out is treated as lost: its locks are past their validity anyway, and it is revoked in case a leader
    * change extended it.
    */
-  async session(ttlS: number): Promise<TrackedLease> {
-    const current = this.#sessions.get(ttlS);
+  async session(ttlS: number, pool: SessionPool = 'grants'): Promise<TrackedLease> {
+    const id = `${pool}:${ttlS}`;
+    const current = this.#sessions.get(id);
     if (current && !current.isLost) {
       if (current.expiresAt > this.#clock.monotonic()) return current;
       this.markLost(current);
       // Awaited: its keys would otherwise sit ahead of the new session's in every queue until etcd expires them.
       await this.revoke(current).catch(() => false);
     }
-    let opening = this.#opening.get(ttlS);
+    let opening = this.#opening.get(id);
     if (!opening) {
       opening = this.grant(ttlS, true).then(
         (lease) => {
-          this.#opening.delete(ttlS);
-          this.#sessions.set(ttlS, lease);
+          this.#opening.delete(id);
+          this.#sessions.set(id, lease);
           return lease;
         },
         (error: unknown) => {
-          this.#opening.delete(ttlS);
+          this.#opening.delete(id);
           throw error;
         },
       );
-      this.#opening.set(ttlS, opening);
+      this.#opening.set(id, opening);
     }
     return opening;
   }
@@ -273,11 +290,14 @@ export class EtcdSession {
 
   #forget(lease: TrackedLease): void {
     this.#stopTimer(lease);
-    for (const [ttlS, session] of this.#sessions) {
-      if (session === lease) this.#sessions.delete(ttlS);
+    for (const [id, session] of this.#sessions) {
+      if (session === lease) this.#sessions.delete(id);
     }
   }
 }
+
+/** Which shared lease a session-mode key rides on: grants (locks, permits) or a semaphore's waiters. */
+export type SessionPool = 'grants' | 'waiters';
 
 /** etcd leases are whole seconds; round up so a lock never lives shorter than asked. */
 export function seconds(ms: number): number {

@@ -103,6 +103,98 @@ for (const session of [false, true]) {
       expect(await semaphoreKeys(etcd, TEST_PREFIX, name)).toEqual({});
     });
 
+    it('tryAcquire never overtakes a queued waiter, even while a slot is free', async () => {
+      // The waiter's service holds back its take of a slot (the transaction that deletes its queue key and creates
+      // a slot key) until the test lets it go: a slot is then free with a waiter queued.
+      let letGo: () => void = () => {};
+      const gate = new Promise<void>((resolve) => {
+        letGo = resolve;
+      });
+      let held = 0;
+      const gated: EtcdClientLike = {
+        ...etcd,
+        kv: {
+          txn: async (request, options) => {
+            const ops = request.success ?? [];
+            if (ops.some((op) => op.request_delete_range) && ops.some((op) => op.request_put)) {
+              held += 1;
+              await gate;
+            }
+            return etcd.kv.txn(request, options);
+          },
+        },
+        leaseClient: etcd.leaseClient,
+        watchClient: etcd.watchClient,
+      };
+      const name = lockName('sem-no-overtake');
+      const pool = setup(session).locks.semaphore(name, { permits: 1, ttlMs: TTL_MS });
+      const other = setup(session).locks.semaphore(name, { permits: 1, ttlMs: TTL_MS });
+      const holder = await pool.acquire();
+      const waiter = setup(session, gated)
+        .locks.semaphore(name, { permits: 1, ttlMs: TTL_MS })
+        .acquire({ waitMs: 10_000 });
+      await queued(name, 1);
+      await holder.release();
+      expect(await waitUntil(() => held === 1, 5_000)).toBe(true);
+      expect(await other.available()).toBe(1);
+      expect(await other.tryAcquire()).toBeNull();
+      expect(await pool.tryAcquire()).toBeNull();
+      letGo();
+      const permit = await waiter;
+      expect(permit.fencingToken).toBeGreaterThan(holder.fencingToken);
+      await permit.release();
+      // Nobody waits: tryAcquire takes the free slot.
+      const taken = await other.tryAcquire();
+      expect(taken?.slot).toBe(0);
+      await taken?.release();
+    });
+
+    it('200 waiters that abort or time out leave no key behind', { timeout: 30_000 }, async () => {
+      const name = lockName('sem-abandoned');
+      const holders = [setup(session).locks, setup(session).locks];
+      const pools = holders.map((client) => client.semaphore(name, { permits: 1, ttlMs: TTL_MS }));
+      const held = await pools[0]!.acquire();
+      const attempts: Promise<unknown>[] = [];
+      for (let i = 0; i < 200; i++) {
+        const pool = pools[i % 2]!;
+        const delayMs = 100 + ((i * 37) % 500);
+        if (i % 4 < 2) {
+          const abort = new AbortController();
+          setTimeout(() => abort.abort(new Error('gave up')), delayMs);
+          attempts.push(rejection(pool.acquire({ waitMs: 10_000, signal: abort.signal })));
+        } else {
+          attempts.push(rejection(pool.acquire({ waitMs: delayMs })));
+        }
+      }
+      // They did queue: etcd held many of their keys at once.
+      let settled = false;
+      let mostQueued = 0;
+      const sampling = (async () => {
+        while (!settled) {
+          mostQueued = Math.max(mostQueued, (await queuedKeys(etcd, TEST_PREFIX, name)).length);
+        }
+      })();
+      const outcomes = await Promise.all(attempts);
+      settled = true;
+      await sampling;
+      expect(mostQueued).toBeGreaterThanOrEqual(10);
+      expect(outcomes.every((outcome) => outcome instanceof Error)).toBe(true);
+      // Only the holder's slot key is left (leaving is immediate; background retries get 2 s).
+      const onlyHolder = async () => Object.keys(await semaphoreKeys(etcd, TEST_PREFIX, name)).length === 1;
+      expect(await waitUntil(onlyHolder, 2_000)).toBe(true);
+      expect(Object.keys(await semaphoreKeys(etcd, TEST_PREFIX, name))).toEqual([
+        `${TEST_PREFIX}%sem/${name}/1/s/0`,
+      ]);
+      await held.release();
+      expect(await semaphoreKeys(etcd, TEST_PREFIX, name)).toEqual({});
+      // And the semaphore still works: a waiter is served on a release.
+      const next = await pools[1]!.acquire();
+      const waiting = pools[0]!.acquire({ waitMs: 5_000 });
+      await queued(name, 1);
+      await next.release();
+      await (await waiting).release();
+    });
+
     it('refuses another limit while in use, accepts one when idle', async () => {
       const { locks } = setup(session);
       const name = lockName('sem-mismatch');
