@@ -1,0 +1,187 @@
+import type { Clock } from '@dlock/core';
+import { boundedCall, CallDeadlines } from '@dlock/core/adapter';
+import {
+  isPGlite,
+  type PGliteLike,
+  type PgListenClientLike,
+  type PgNotificationLike,
+  type PgPoolLike,
+} from './client-like.js';
+import { transportError } from './errors.js';
+
+/** A result row: every column this package reads is cast to text in SQL, so rows read the same on pg and PGlite. */
+export type Row = Readonly<Record<string, string | null>>;
+
+export interface QueryOptions {
+  /** Bound of this statement; default the service's `requestTimeoutMs`. */
+  readonly timeoutMs?: number;
+  /** Settles the call at once when it aborts (the statement itself runs on and may still commit). */
+  readonly signal?: AbortSignal | undefined;
+  /** Receives rows that arrive after the call was given up, e.g. to undo a grant nobody will use. */
+  readonly onLate?: (rows: readonly Row[]) => void;
+  /**
+   * Called once the statement has really finished on the server side of the driver (answered or failed), also when
+   * the call was given up before: until then it may still commit.
+   */
+  readonly onSettled?: () => void;
+}
+
+/** The one connection a service listens on, while it listens. */
+export interface Listening {
+  close(): Promise<void>;
+}
+
+export interface ListenHandlers {
+  onNotice(payload: string): void;
+  /** The connection failed or ended: notices may be missed until a new one listens. */
+  onLost(): void;
+}
+
+/**
+ * The database as the service uses it: one bounded statement at a time, and a listening connection. Hides the
+ * differences between a `pg.Pool` and PGlite (and counts statements, for the tests and the bench).
+ */
+export class Database {
+  readonly clock: Clock;
+  readonly timeoutMs: number;
+  readonly deadlines: CallDeadlines;
+  readonly #pool: PgPoolLike | PGliteLike;
+  readonly #listen: boolean | (() => Promise<PgListenClientLike>);
+  #statements = 0;
+
+  constructor(
+    pool: PgPoolLike | PGliteLike,
+    listen: boolean | (() => Promise<PgListenClientLike>),
+    clock: Clock,
+    timeoutMs: number,
+  ) {
+    this.#pool = pool;
+    this.#listen = listen;
+    this.clock = clock;
+    this.timeoutMs = timeoutMs;
+    this.deadlines = new CallDeadlines(clock);
+  }
+
+  /** Statements sent so far (each is one round trip). */
+  get statements(): number {
+    return this.#statements;
+  }
+
+  /** True when notices can arrive at all (the `listen` option is not `false`). */
+  get canListen(): boolean {
+    return this.#listen !== false;
+  }
+
+  /** One statement with parameters, bounded; failures become `TransportError`s. */
+  query(
+    what: string,
+    text: string,
+    values: readonly unknown[],
+    options: QueryOptions = {},
+  ): Promise<readonly Row[]> {
+    const timeoutMs = options.timeoutMs ?? this.timeoutMs;
+    this.#statements++;
+    const { onSettled } = options;
+    return boundedCall(
+      () => {
+        const sent = this.#pool.query(text, values as unknown[]);
+        if (onSettled) sent.then(onSettled, onSettled);
+        return sent.then(
+          (result) => result.rows as readonly Row[],
+          (error: unknown) => {
+            throw transportError(what, error);
+          },
+        );
+      },
+      {
+        deadlines: this.deadlines,
+        clock: this.clock,
+        timeoutMs,
+        what: `PostgreSQL ${what}`,
+        signal: options.signal,
+        ...(options.onLate ? { onLate: options.onLate } : {}),
+      },
+    );
+  }
+
+  /** Several statements without parameters, as one implicit transaction (the simple query protocol). */
+  async script(what: string, text: string): Promise<void> {
+    this.#statements++;
+    const pool = this.#pool;
+    const run = isPGlite(pool) ? pool.exec(text) : pool.query(text);
+    await boundedCall(
+      () =>
+        run.then(
+          () => undefined,
+          (error: unknown) => {
+            throw transportError(what, error);
+          },
+        ),
+      { deadlines: this.deadlines, clock: this.clock, timeoutMs: this.timeoutMs, what: `PostgreSQL ${what}` },
+    );
+  }
+
+  /** Opens the listening connection and runs `LISTEN channel` on it (channel: lower-case letters, digits, _). */
+  async listen(channel: string, handlers: ListenHandlers): Promise<Listening> {
+    const pool = this.#pool;
+    if (isPGlite(pool)) {
+      const unlisten = await pool.listen(channel, (payload) => handlers.onNotice(payload));
+      return { close: () => unlisten().catch(() => undefined) };
+    }
+    const factory = this.#listen;
+    const own = typeof factory === 'function';
+    const client = own ? await factory() : await pool.connect();
+    let closed = false;
+    const onNotification = (message: PgNotificationLike): void => {
+      if (message.channel === channel && message.payload !== undefined) handlers.onNotice(message.payload);
+    };
+    const lost = (): void => {
+      if (closed) return;
+      closed = true;
+      detach();
+      dispose(client, own, new Error('listening connection lost'));
+      handlers.onLost();
+    };
+    const onError = (): void => lost();
+    const onEnd = (): void => lost();
+    const detach = (): void => {
+      client.removeListener?.('notification', onNotification as (...args: unknown[]) => void);
+      client.removeListener?.('end', onEnd as (...args: unknown[]) => void);
+      // The error listener stays: a late error on a connection being torn down must not crash the process.
+    };
+    client.on('notification', onNotification);
+    client.on('error', onError);
+    client.on('end', onEnd);
+    try {
+      await boundedCall(() => client.query(`LISTEN ${channel}`), {
+        deadlines: this.deadlines,
+        clock: this.clock,
+        timeoutMs: this.timeoutMs,
+        what: 'PostgreSQL listen',
+      });
+    } catch (error) {
+      closed = true;
+      detach();
+      dispose(client, own, error instanceof Error ? error : new Error(String(error)));
+      throw transportError('listen', error);
+    }
+    return {
+      close: async () => {
+        if (closed) return;
+        closed = true;
+        detach();
+        // Never back into a pool with a LISTEN on it: the next user of that connection would get our notices.
+        dispose(client, own, true);
+      },
+    };
+  }
+}
+
+function dispose(client: PgListenClientLike, own: boolean, error: Error | true): void {
+  try {
+    if (!own && client.release) client.release(error);
+    else void Promise.resolve(client.end?.()).catch(() => undefined);
+  } catch {
+    // already gone
+  }
+}

@@ -1,0 +1,231 @@
+import { setMaxListeners } from 'node:events';
+import {
+  type AcquireRequest,
+  type AcquireResult,
+  type Lease,
+  type LockInfo,
+  type LockService,
+  type PermitRequest,
+  type RenewRequest,
+  type RenewResult,
+  systemClock,
+} from '@dlock/core';
+import {
+  acquireInQueue,
+  BackgroundRetries,
+  linkSignals,
+  type QueueDriver,
+  type QueueTools,
+} from '@dlock/core/adapter';
+import { Database } from './database.js';
+import { PostgresServiceClosedError } from './errors.js';
+import { type PostgresLockServiceOptions, resolveOptions, validatePermits } from './options.js';
+import { PostgresProtocol } from './postgres-protocol.js';
+import { PostgresReleaseWatch } from './postgres-release-watch.js';
+import { type PostgresStatements, postgresStatements } from './sql.js';
+
+/** Rows `sweep()` deletes per table and call, unless told otherwise. */
+const SWEEP_LIMIT = 1_000;
+
+/**
+ * A {@link LockService} on PostgreSQL: lease rows with an expiry by the server's clock, fencing tokens from a counter
+ * table whose rows are never deleted, and a FIFO waiter table, run by core's one queue algorithm. Every operation is
+ * one statement; nothing lives in a session, so it works on a pool behind PgBouncer in transaction mode.
+ *
+ * - Fencing token: the name's counter row + 1, written by the statement that grants, so it rises per name across
+ *   grants, releases, expiries and restarts (a semaphore's per slot: row `(s, name, slot)`).
+ * - TTL: exactly `ttlMs`, counted from `clock_timestamp()` when the granting statement runs.
+ * - Queue: waiters in server-assigned sequence order; a release wakes only the next waiter, by a `pg_notify` to its
+ *   service's channel sent in the release statement (see `PostgresReleaseWatch`); a waiter also looks again at the
+ *   holder's expiry and, while its service cannot listen, on a backoff.
+ * - Renewal: `renewMany` is one statement for every due lease (locks and permits alike).
+ * - Elections: metadata stored in the lease row; `inspect`, `updateMetadata`, and `watchChanges` (this service's
+ *   own changes at once; other processes' are seen by core's poll).
+ * - Semaphores (`acquirePermit`): a slot row per held permit, the limit stored with holders and waiters.
+ *
+ * @example
+ * ```ts
+ * const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL });
+ * const service = new PostgresLockService({ pool });
+ * await service.ensureSchema();
+ * const locks = new LockClient(service);
+ * await using lock = await locks.acquire('invoice:42', { ttlMs: 10_000, waitMs: 5_000 });
+ * ```
+ */
+export class PostgresLockService implements LockService {
+  readonly #db: Database;
+  readonly #sql: PostgresStatements;
+  readonly #watch: PostgresReleaseWatch;
+  readonly #locks: PostgresProtocol;
+  readonly #permits: PostgresProtocol;
+  readonly #cleanups: BackgroundRetries;
+  readonly #queue: QueueTools;
+  readonly #acquiring = new Set<Promise<AcquireResult>>();
+  readonly #closing = new AbortController();
+  #closed: Promise<void> | undefined;
+
+  constructor(options: PostgresLockServiceOptions) {
+    const resolved = resolveOptions(options);
+    const clock = resolved.clock ?? systemClock;
+    this.#db = new Database(resolved.pool, resolved.listen, clock, resolved.requestTimeoutMs);
+    this.#sql = postgresStatements(resolved.tablePrefix, resolved.schema);
+    this.#watch = new PostgresReleaseWatch(this.#db, clock);
+    this.#locks = new PostgresProtocol(this.#db, this.#sql, this.#watch, 'l');
+    this.#permits = new PostgresProtocol(this.#db, this.#sql, this.#watch, 's');
+    this.#cleanups = new BackgroundRetries(clock);
+    this.#queue = {
+      clock,
+      cleanups: this.#cleanups,
+      // Past this, a leftover grant or waiter row has run out on its own.
+      cleanupHorizonMs: (request) =>
+        Math.max(request.ttlMs, this.#locks.waiterLeaseMs(request)) + resolved.requestTimeoutMs,
+    };
+    // Every pending acquire listens for close: hundreds are normal, not a leak.
+    setMaxListeners(0, this.#closing.signal);
+  }
+
+  /** The SQL this service runs (DDL included), for migrations and audits. */
+  get sql(): PostgresStatements {
+    return this.#sql;
+  }
+
+  /** Statements this service has sent so far: one per acquire attempt, renewal batch, release, leave… */
+  get statements(): number {
+    return this.#db.statements;
+  }
+
+  /** The channel this service LISTENs on for its waiters' wake-ups. */
+  get channel(): string {
+    return this.#watch.channel;
+  }
+
+  /**
+   * Creates the schema (if given) and the three tables and their index, if missing: one implicit transaction,
+   * serialised across concurrent callers by a transaction-level advisory lock. Idempotent.
+   */
+  async ensureSchema(): Promise<void> {
+    this.#assertOpen();
+    await this.#db.script('ensure schema', this.#sql.createSchema);
+  }
+
+  /**
+   * Deletes expired lease and waiter rows of names no statement touches any more (the statements that touch a name
+   * clean up after it themselves), up to `limit` of each per call. For a maintenance job; never needed for
+   * correctness. Token rows are never deleted.
+   */
+  async sweep(limit = SWEEP_LIMIT): Promise<{ readonly leases: number; readonly waiters: number }> {
+    this.#assertOpen();
+    validatePermits(limit, 'limit');
+    const [row] = await this.#db.query('sweep', this.#sql.sweep, [limit]);
+    return { leases: Number(row?.['leases'] ?? 0), waiters: Number(row?.['waiters'] ?? 0) };
+  }
+
+  async acquire(request: AcquireRequest): Promise<AcquireResult> {
+    this.#assertOpen();
+    return this.#inQueue(this.#locks, request);
+  }
+
+  /**
+   * A permit of the semaphore `request.name` (at most `request.permits` held at once): a free slot when no waiter is
+   * ahead, else a place in its FIFO queue for up to `waitMs`. Rejects with `PermitsMismatchError` while holders or
+   * waiters of the semaphore were admitted with another limit.
+   */
+  async acquirePermit(request: PermitRequest): Promise<AcquireResult> {
+    this.#assertOpen();
+    validatePermits(request.permits, 'request.permits');
+    return this.#inQueue(this.#permits, request);
+  }
+
+  /** Free slots of the semaphore right now, in one statement (`PermitsMismatchError` as for `acquirePermit`). */
+  async availablePermits(name: string, permits: number): Promise<number> {
+    this.#assertOpen();
+    validatePermits(permits, 'permits');
+    return this.#locks.availablePermits(name, permits);
+  }
+
+  async renew(request: RenewRequest): Promise<RenewResult> {
+    this.#assertOpen();
+    const [result] = await this.#locks.renew([request]);
+    return result ?? { renewed: false };
+  }
+
+  /** One statement (`UPDATE … FROM unnest(…)`) for the whole batch, locks and permits alike. */
+  async renewMany(requests: readonly RenewRequest[]): Promise<readonly RenewResult[]> {
+    this.#assertOpen();
+    return this.#locks.renew(requests);
+  }
+
+  async release(lease: Lease): Promise<boolean> {
+    this.#assertOpen();
+    return this.#locks.release(lease);
+  }
+
+  /**
+   * Calls `onReleased` when this service releases `name` or gives it back. Another process's release is not
+   * reported: a waiter of this service is woken by its own queue notice, and core's wait loop polls otherwise.
+   */
+  watch(name: string, onReleased: () => void): () => void {
+    if (this.#closing.signal.aborted) return () => {};
+    return this.#watch.onName(name, onReleased);
+  }
+
+  /** The live holder of `name` (token, metadata, time left by the server's clock) and its live waiters. */
+  async inspect(name: string): Promise<LockInfo> {
+    this.#assertOpen();
+    return this.#locks.inspect(name);
+  }
+
+  /** Owner-checked like a renewal; keeps the fencing token and the expiry. */
+  async updateMetadata(lease: Lease, metadata: string): Promise<boolean> {
+    this.#assertOpen();
+    return this.#locks.updateMetadata(lease, metadata);
+  }
+
+  /**
+   * Calls `onChange` when this service grants, releases or updates `name`. Changes by other processes are picked
+   * up by core's own look at least once per half lease.
+   */
+  watchChanges(name: string, onChange: () => void): () => void {
+    if (this.#closing.signal.aborted) return () => {};
+    return this.#watch.onName(name, onChange);
+  }
+
+  /**
+   * Ends pending acquires (what they queued is removed), stops listening and waits for pending clean-ups. Idempotent.
+   * Does not end the pool, which the caller owns, and does not release held locks: their holders' `LockClient`s do
+   * that, or the leases run out. Every call after close rejects with a `ClientClosedError` (code `CLIENT_CLOSED`).
+   */
+  close(): Promise<void> {
+    this.#closed ??= this.#close();
+    return this.#closed;
+  }
+
+  /** `await using service = new PostgresLockService(...)`: the same as {@link close}. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+
+  async #close(): Promise<void> {
+    this.#closing.abort(new PostgresServiceClosedError());
+    // Each pending acquire ends at once; what it left in a queue is being removed once it has.
+    await Promise.allSettled([...this.#acquiring]);
+    await Promise.allSettled([this.#cleanups.close(), this.#watch.close()]);
+  }
+
+  async #inQueue<C, W>(driver: QueueDriver<C, W>, request: AcquireRequest): Promise<AcquireResult> {
+    // close() ends a pending acquire as the caller giving up would: core gives back whatever it won meanwhile.
+    const signal = linkSignals(request.signal, this.#closing.signal);
+    const acquiring = acquireInQueue(driver, { ...request, signal: signal.signal }, this.#queue);
+    this.#acquiring.add(acquiring);
+    try {
+      return await acquiring;
+    } finally {
+      this.#acquiring.delete(acquiring);
+      signal.dispose();
+    }
+  }
+
+  #assertOpen(): void {
+    if (this.#closing.signal.aborted) throw this.#closing.signal.reason;
+  }
+}

@@ -1,0 +1,175 @@
+import { randomBytes } from 'node:crypto';
+import type { Clock } from '@dlock/core';
+import { WakeSignal } from '@dlock/core/adapter';
+import type { Database, Listening } from './database.js';
+
+/** Without a notice for this long, nobody waits: the listening connection goes back (or is ended). */
+const IDLE_CLOSE_MS = 2_000;
+const MIN_BACKOFF_MS = 50;
+const MAX_BACKOFF_MS = 2_000;
+
+/**
+ * Wake-ups for this service's queued waiters. One channel per service (`dlock_wake_<random>`), LISTENed on one
+ * dedicated connection while anyone waits: a release or leave statement picks the next waiter and sends
+ * `pg_notify(<its service's channel>, <its claim id>)` in the same statement (delivered when it commits), and only
+ * that claim is woken. A lost connection is re-opened with backoff; every waiter is woken then, and again once
+ * listening resumes (a notice may have been missed in between). Notices only save time: a waiter also looks again
+ * at its holder's expiry and at its own refresh, and on a backoff while nobody listens.
+ *
+ * Also carries this service's own notices per lock name (`watch`, `watchChanges`): its grants, releases and
+ * metadata updates, delivered in-process.
+ */
+export class PostgresReleaseWatch {
+  /** This service's channel; a waiter row names it so a release can reach this service. */
+  readonly channel = `dlock_wake_${randomBytes(8).toString('hex')}`;
+  readonly #db: Database;
+  readonly #clock: Clock;
+  readonly #claims = new Map<string, WakeSignal>();
+  readonly #names = new Map<string, Set<() => void>>();
+  #listening: Listening | undefined;
+  #opening = false;
+  #backoffMs = MIN_BACKOFF_MS;
+  #idleTimer: AbortController | undefined;
+  #retryTimer: AbortController | undefined;
+  #closed = false;
+
+  constructor(db: Database, clock: Clock) {
+    this.#db = db;
+    this.#clock = clock;
+  }
+
+  /** True while a notice to this service can arrive: the connection has confirmed its LISTEN and not failed. */
+  get listening(): boolean {
+    return this.#listening !== undefined;
+  }
+
+  /** The wake-up of a claim that is about to queue (registered before its first statement can queue it). */
+  register(claimId: string): WakeSignal {
+    const wake = new WakeSignal();
+    this.#claims.set(claimId, wake);
+    this.#idleTimer = cancel(this.#idleTimer);
+    if (!this.#listening) this.#open();
+    return wake;
+  }
+
+  unregister(claimId: string): void {
+    if (!this.#claims.delete(claimId) || this.#claims.size > 0 || this.#closed) return;
+    if (this.#listening || this.#opening) {
+      this.#idleTimer = cancel(this.#idleTimer);
+      this.#idleTimer = this.#later(IDLE_CLOSE_MS, () => this.#idle());
+    }
+  }
+
+  /** Subscribes to this service's own notices about `name` (see `notify`). */
+  onName(name: string, listener: () => void): () => void {
+    if (this.#closed) return () => {};
+    let set = this.#names.get(name);
+    if (!set) {
+      set = new Set();
+      this.#names.set(name, set);
+    }
+    const own = (): void => listener();
+    set.add(own);
+    return () => {
+      const current = this.#names.get(name);
+      if (!current) return;
+      current.delete(own);
+      if (current.size === 0) this.#names.delete(name);
+    };
+  }
+
+  /** Tells this service's subscribers of `name` that its holder or metadata may have changed. */
+  notify(name: string): void {
+    const set = this.#names.get(name);
+    if (!set) return;
+    for (const listener of [...set]) {
+      try {
+        listener();
+      } catch {
+        // one subscriber's failure must not keep the others from hearing it
+      }
+    }
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true;
+    this.#idleTimer = cancel(this.#idleTimer);
+    this.#retryTimer = cancel(this.#retryTimer);
+    this.#names.clear();
+    this.#wakeAll();
+    this.#claims.clear();
+    const listening = this.#listening;
+    this.#listening = undefined;
+    await listening?.close();
+  }
+
+  #open(): void {
+    if (this.#opening || this.#listening || this.#closed || !this.#db.canListen || this.#retryTimer) {
+      return;
+    }
+    this.#opening = true;
+    this.#db
+      .listen(this.channel, {
+        onNotice: (payload) => this.#claims.get(payload)?.notify(),
+        onLost: () => this.#lost(),
+      })
+      .then(
+        (listening) => {
+          this.#opening = false;
+          if (this.#closed || this.#claims.size === 0) {
+            void listening.close();
+            return;
+          }
+          this.#listening = listening;
+          this.#backoffMs = MIN_BACKOFF_MS;
+          // A release may have come before the LISTEN did: every waiter looks again once.
+          this.#wakeAll();
+        },
+        () => {
+          this.#opening = false;
+          this.#retry();
+        },
+      );
+  }
+
+  #lost(): void {
+    this.#listening = undefined;
+    // Waiters fall back to their backoff until notices flow again; each looks once now.
+    this.#wakeAll();
+    this.#retry();
+  }
+
+  #retry(): void {
+    if (this.#closed || this.#claims.size === 0) return;
+    const delay = this.#backoffMs * (0.5 + this.#clock.random());
+    this.#backoffMs = Math.min(MAX_BACKOFF_MS, this.#backoffMs * 2);
+    this.#retryTimer = this.#later(delay, () => {
+      this.#retryTimer = undefined;
+      this.#open();
+    });
+  }
+
+  #idle(): void {
+    this.#idleTimer = undefined;
+    if (this.#claims.size > 0) return;
+    const listening = this.#listening;
+    this.#listening = undefined;
+    void listening?.close();
+  }
+
+  #wakeAll(): void {
+    for (const wake of this.#claims.values()) wake.notify();
+  }
+
+  /** Housekeeping timers are unref'd: they never keep the process alive. */
+  #later(ms: number, fn: () => void): AbortController {
+    const timer = new AbortController();
+    this.#clock.sleep(ms, timer.signal, { unref: true }).then(fn, () => {});
+    return timer;
+  }
+}
+
+function cancel(timer: AbortController | undefined): undefined {
+  timer?.abort();
+  return undefined;
+}

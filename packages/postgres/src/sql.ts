@@ -1,0 +1,301 @@
+import { InvalidArgumentError } from '@dlock/core';
+
+/**
+ * Every statement the service sends, built once per table location. Each operation is ONE statement: its CTEs read
+ * one snapshot and their writes land together, so there is no transaction to keep open and no session state (a
+ * transaction-pooling proxy such as PgBouncer may run each statement on another server connection). The comment on
+ * each statement says what it decides; the README's "Tables" section shows the DDL for a DBA.
+ *
+ * Rows are keyed by (kind, name, slot): kind `l` is a lock (slot 0), kind `s` a semaphore's slot. Time is the
+ * server's: every expiry is `clock_timestamp()` + a duration, and the client only ever sends durations.
+ */
+export interface PostgresStatements {
+  /** The tables, where they are, and the DDL that creates them (idempotent, serialised by an xact lock). */
+  readonly tables: { readonly tokens: string; readonly leases: string; readonly waiters: string };
+  readonly createSchema: string;
+  readonly dropSchema: string;
+  readonly acquireLock: string;
+  readonly acquirePermit: string;
+  readonly renew: string;
+  readonly release: string;
+  readonly leave: string;
+  readonly inspect: string;
+  readonly updateMetadata: string;
+  readonly availablePermits: string;
+  readonly sweep: string;
+}
+
+const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]*$/;
+/** PostgreSQL truncates identifiers past 63 bytes; the longest table name is the prefix + "waiters". */
+const MAX_PREFIX = 63 - 'waiters'.length;
+
+export function assertSchemaName(schema: unknown, field: string): string {
+  if (typeof schema !== 'string' || !IDENTIFIER.test(schema) || schema.length > 63) {
+    throw new InvalidArgumentError(field, 'must match [A-Za-z_][A-Za-z0-9_]* and be at most 63 characters');
+  }
+  return schema;
+}
+
+export function assertTablePrefix(prefix: unknown, field: string): string {
+  if (
+    typeof prefix !== 'string' ||
+    (prefix !== '' && !IDENTIFIER.test(prefix)) ||
+    prefix.length > MAX_PREFIX
+  ) {
+    throw new InvalidArgumentError(
+      field,
+      `must match [A-Za-z_][A-Za-z0-9_]* (or be empty) and be at most ${MAX_PREFIX} characters`,
+    );
+  }
+  return prefix;
+}
+
+const quote = (identifier: string): string => `"${identifier}"`;
+
+/** The lease row's duration arithmetic: `$n` milliseconds as an interval. */
+const ms = (param: string): string => `(${param}::float8 * interval '1 millisecond')`;
+
+export function postgresStatements(tablePrefix: string, schema: string | undefined): PostgresStatements {
+  const qualify = (table: string): string =>
+    schema === undefined ? quote(table) : `${quote(schema)}.${quote(table)}`;
+  const T = qualify(`${tablePrefix}tokens`);
+  const L = qualify(`${tablePrefix}leases`);
+  const W = qualify(`${tablePrefix}waiters`);
+  const orderIndex = quote(`${tablePrefix}waiters_order`);
+
+  // The waiter's place: the live rows of the queue before its own (all of them while it has none, so a caller that
+  // does not queue never overtakes one that does).
+  const ahead = `ahead AS (
+    SELECT count(*) AS n FROM queue q
+     WHERE q.id <> $2
+       AND q.seq < coalesce((SELECT m.seq FROM queue m WHERE m.id = $2), 9223372036854775807))`;
+  // Dead waiters of this name go (a crashed waiter's row stops counting at its expiry and is deleted by the next
+  // statement that touches the name), and so does the caller's own row once it holds the grant.
+  const dequeued = (kind: string): string => `dequeued AS (
+    DELETE FROM ${W} w USING now
+     WHERE w.kind = '${kind}' AND w.name = $1
+       AND ((w.id = $2 AND EXISTS (SELECT 1 FROM granted)) OR (w.id <> $2 AND w.expires_at <= now.t)))`;
+
+  return {
+    tables: { tokens: T, leases: L, waiters: W },
+    // Serialised by a transaction-level advisory lock (released at commit), so concurrent runs never race on the
+    // catalog; one simple-protocol query is one implicit transaction, so a failure leaves no half-made schema and
+    // no open transaction on a pooled connection.
+    createSchema: [
+      "SELECT pg_advisory_xact_lock(hashtext('dlock/postgres ensureSchema'))",
+      ...(schema === undefined ? [] : [`CREATE SCHEMA IF NOT EXISTS ${quote(schema)}`]),
+      `CREATE TABLE IF NOT EXISTS ${T} (
+  kind  "char"  NOT NULL,
+  name  text    NOT NULL,
+  slot  integer NOT NULL,
+  token bigint  NOT NULL CHECK (token > 0),
+  PRIMARY KEY (kind, name, slot)
+)`,
+      `CREATE TABLE IF NOT EXISTS ${L} (
+  kind         "char"      NOT NULL,
+  name         text        NOT NULL,
+  slot         integer     NOT NULL,
+  permits      integer,
+  owner        text        NOT NULL,
+  token        bigint      NOT NULL,
+  expires_at   timestamptz NOT NULL,
+  metadata     text,
+  next_waiter  text,
+  next_channel text,
+  PRIMARY KEY (kind, name, slot)
+)`,
+      `CREATE TABLE IF NOT EXISTS ${W} (
+  kind       "char"      NOT NULL,
+  name       text        NOT NULL,
+  id         text        NOT NULL,
+  seq        bigint      GENERATED ALWAYS AS IDENTITY,
+  permits    integer,
+  channel    text,
+  expires_at timestamptz NOT NULL,
+  PRIMARY KEY (kind, name, id)
+)`,
+      `CREATE INDEX IF NOT EXISTS ${orderIndex} ON ${W} (kind, name, seq)`,
+    ].join(';\n'),
+    dropSchema: `DROP TABLE IF EXISTS ${W}, ${L}, ${T}`,
+
+    // Lock acquire, enqueue and re-check alike ($1 name, $2 claim id = the grant's ownership token, $3 TTL ms,
+    // $4 metadata, $5 the waiter row's lease in ms (0: do not queue), $6 the caller's notify channel).
+    // Free = no live lease and no live waiter ahead: then the token row is bumped (token = counter + 1, written in
+    // this statement with the grant) and the lease row inserted, or an expired one taken over; the takeover's
+    // WHERE is evaluated on the latest row version, so of two racing grants one wins and the other, refused, has
+    // only spent a token. Otherwise the claim's waiter row is written (or its expiry refreshed, keeping its place).
+    // A first-in-line waiter behind a live holder writes itself into the lease row (next_waiter): a release that
+    // deletes that row waits for this statement and reads its newest version, so the wake-up cannot slip between
+    // the two; had the release come first, the update finds no row and the caller looks again at once (`again`).
+    acquireLock: `WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
+  live AS (
+    SELECT l.expires_at, l.next_waiter FROM ${L} l, now
+     WHERE l.kind = 'l' AND l.name = $1 AND l.slot = 0 AND l.expires_at > now.t),
+  queue AS (
+    SELECT w.id, w.seq FROM ${W} w, now WHERE w.kind = 'l' AND w.name = $1 AND w.expires_at > now.t),
+  ${ahead},
+  free AS (SELECT 1 AS ok WHERE NOT EXISTS (SELECT 1 FROM live) AND (SELECT n FROM ahead) = 0),
+  minted AS (
+    INSERT INTO ${T} AS f (kind, name, slot, token) SELECT 'l', $1, 0, 1 FROM free
+    ON CONFLICT (kind, name, slot) DO UPDATE SET token = f.token + 1
+    RETURNING f.token),
+  granted AS (
+    INSERT INTO ${L} AS l (kind, name, slot, owner, token, expires_at, metadata)
+    SELECT 'l', $1, 0, $2, minted.token, now.t + ${ms('$3')}, $4::text FROM minted, now
+    ON CONFLICT (kind, name, slot) DO UPDATE
+       SET owner = excluded.owner, token = excluded.token, expires_at = excluded.expires_at,
+           metadata = excluded.metadata, permits = NULL, next_waiter = NULL, next_channel = NULL
+     WHERE l.expires_at <= clock_timestamp()
+    RETURNING l.token),
+  ${dequeued('l')},
+  queued AS (
+    INSERT INTO ${W} AS w (kind, name, id, channel, expires_at)
+    SELECT 'l', $1, $2, $6::text, now.t + ${ms('$5')} FROM now
+     WHERE $5::float8 > 0 AND NOT EXISTS (SELECT 1 FROM granted)
+    ON CONFLICT (kind, name, id) DO UPDATE SET expires_at = excluded.expires_at, channel = excluded.channel
+    RETURNING w.seq),
+  unmarked AS (
+    SELECT 1 AS due FROM live
+     WHERE $5::float8 > 0 AND (SELECT n FROM ahead) = 0 AND live.next_waiter IS DISTINCT FROM $2),
+  marked AS (
+    UPDATE ${L} l SET next_waiter = $2, next_channel = $6::text FROM now
+     WHERE l.kind = 'l' AND l.name = $1 AND l.slot = 0 AND l.expires_at > now.t
+       AND EXISTS (SELECT 1 FROM unmarked)
+    RETURNING 1)
+SELECT (SELECT g.token::text FROM granted g) AS token,
+       (SELECT ceil(extract(epoch FROM live.expires_at - now.t) * 1000)::text FROM live, now) AS holder_ms,
+       ((EXISTS (SELECT 1 FROM free) AND NOT EXISTS (SELECT 1 FROM granted))
+         OR (EXISTS (SELECT 1 FROM unmarked) AND NOT EXISTS (SELECT 1 FROM marked)))::text AS again,
+       (SELECT n FROM ahead)::text AS ahead,
+       (SELECT count(*) FROM queued)::text AS queued`,
+
+    // Semaphore acquire, enqueue and re-check ($1-$6 as for a lock, $7 the limit). A waiter with k live waiters
+    // before it takes the (k+1)-th free slot, so waiters woken together pick different slots and a caller that does
+    // not queue takes a slot only when more are free than waiters wait. The slot's token row is (s, name, slot):
+    // tokens rise per slot across holders. A live holder or waiter stored with another limit refuses the call
+    // (`stored`) and nothing is written.
+    acquirePermit: `WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
+  held AS (
+    SELECT l.slot, l.permits, l.expires_at FROM ${L} l, now
+     WHERE l.kind = 's' AND l.name = $1 AND l.expires_at > now.t),
+  queue AS (
+    SELECT w.id, w.seq, w.permits FROM ${W} w, now WHERE w.kind = 's' AND w.name = $1 AND w.expires_at > now.t),
+  stored AS (
+    (SELECT h.permits FROM held h WHERE h.permits IS DISTINCT FROM $7::int
+     UNION ALL
+     SELECT q.permits FROM queue q WHERE q.permits IS DISTINCT FROM $7::int AND q.id <> $2) LIMIT 1),
+  ${ahead},
+  pick AS (
+    SELECT s.slot FROM generate_series(0, $7::int - 1) AS s(slot)
+     WHERE NOT EXISTS (SELECT 1 FROM stored) AND NOT EXISTS (SELECT 1 FROM held h WHERE h.slot = s.slot)
+     ORDER BY s.slot OFFSET (SELECT n FROM ahead) LIMIT 1),
+  minted AS (
+    INSERT INTO ${T} AS f (kind, name, slot, token) SELECT 's', $1, pick.slot, 1 FROM pick
+    ON CONFLICT (kind, name, slot) DO UPDATE SET token = f.token + 1
+    RETURNING f.slot, f.token),
+  granted AS (
+    INSERT INTO ${L} AS l (kind, name, slot, permits, owner, token, expires_at, metadata)
+    SELECT 's', $1, minted.slot, $7::int, $2, minted.token, now.t + ${ms('$3')}, $4::text FROM minted, now
+    ON CONFLICT (kind, name, slot) DO UPDATE
+       SET permits = excluded.permits, owner = excluded.owner, token = excluded.token,
+           expires_at = excluded.expires_at, metadata = excluded.metadata, next_waiter = NULL, next_channel = NULL
+     WHERE l.expires_at <= clock_timestamp()
+    RETURNING l.slot, l.token),
+  ${dequeued('s')},
+  queued AS (
+    INSERT INTO ${W} AS w (kind, name, id, permits, channel, expires_at)
+    SELECT 's', $1, $2, $7::int, $6::text, now.t + ${ms('$5')} FROM now
+     WHERE $5::float8 > 0 AND NOT EXISTS (SELECT 1 FROM granted) AND NOT EXISTS (SELECT 1 FROM stored)
+    ON CONFLICT (kind, name, id) DO UPDATE SET expires_at = excluded.expires_at, channel = excluded.channel
+    RETURNING w.seq)
+SELECT (SELECT g.slot::text FROM granted g) AS slot,
+       (SELECT g.token::text FROM granted g) AS token,
+       (SELECT permits::text FROM stored) AS stored,
+       (SELECT ceil(extract(epoch FROM min(h.expires_at) - (SELECT t FROM now)) * 1000)::text FROM held h)
+         AS holder_ms,
+       (EXISTS (SELECT 1 FROM pick) AND NOT EXISTS (SELECT 1 FROM granted))::text AS again,
+       (SELECT n FROM ahead)::text AS ahead,
+       (SELECT count(*) FROM queued)::text AS queued`,
+
+    // Renewal of many grants, locks and permits alike, in one statement: each row is extended only while its owner
+    // and token still hold it and its lease has not run out by the server's clock (an expired lease is never
+    // revived). $1-$6 are parallel arrays; the answer lists the 1-based positions that were renewed.
+    renew: `UPDATE ${L} l SET expires_at = clock_timestamp() + r.ttl * interval '1 millisecond'
+  FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::bigint[], $6::float8[])
+       WITH ORDINALITY AS r(kind, name, slot, owner, token, ttl, i)
+ WHERE l.kind = r.kind::"char" AND l.name = r.name AND l.slot = r.slot AND l.owner = r.owner
+   AND l.token = r.token AND l.expires_at > clock_timestamp()
+RETURNING r.i::text AS i`,
+
+    // Release ($1 kind, $2 name, $3 slot, $4 owner, $5 token): deletes the row if the owner and token match (an
+    // expired row of ours too, reported as not released), and wakes the first live waiter of the name with one
+    // notice to its service's channel, plus the waiter the row names (see acquireLock) if that is another one.
+    release: `WITH gone AS (
+    DELETE FROM ${L} l
+     WHERE l.kind = $1::"char" AND l.name = $2 AND l.slot = $3::int AND l.owner = $4 AND l.token = $5::bigint
+    RETURNING l.expires_at > clock_timestamp() AS live, l.next_waiter, l.next_channel),
+  head AS (
+    SELECT w.id, w.channel FROM ${W} w
+     WHERE w.kind = $1::"char" AND w.name = $2 AND w.expires_at > clock_timestamp()
+       AND EXISTS (SELECT 1 FROM gone)
+     ORDER BY w.seq LIMIT 1),
+  told AS (
+    SELECT pg_notify(n.channel, n.id) FROM (
+      SELECT h.id, h.channel FROM head h
+      UNION SELECT g.next_waiter, g.next_channel FROM gone g WHERE g.next_waiter IS NOT NULL) n
+     WHERE n.channel IS NOT NULL)
+SELECT coalesce((SELECT live FROM gone), false)::text AS released, (SELECT count(*) FROM told)::text AS told`,
+
+    // Leave ($1 kind, $2 name, $3 claim id): the owner-checked undo of an attempt that gave up or failed. Deletes
+    // its waiter row and any grant made to it, and wakes the next waiter when that freed a slot or moved it up.
+    leave: `WITH gone AS (
+    DELETE FROM ${L} l WHERE l.kind = $1::"char" AND l.name = $2 AND l.owner = $3 RETURNING 1),
+  left_queue AS (
+    DELETE FROM ${W} w WHERE w.kind = $1::"char" AND w.name = $2 AND w.id = $3 RETURNING w.seq),
+  head AS (
+    SELECT w.id, w.channel, w.seq FROM ${W} w
+     WHERE w.kind = $1::"char" AND w.name = $2 AND w.id <> $3 AND w.expires_at > clock_timestamp()
+     ORDER BY w.seq LIMIT 1),
+  told AS (
+    SELECT pg_notify(h.channel, h.id) FROM head h
+     WHERE h.channel IS NOT NULL
+       AND (EXISTS (SELECT 1 FROM gone) OR EXISTS (SELECT 1 FROM left_queue q WHERE q.seq < h.seq)))
+SELECT (SELECT count(*) FROM gone)::text AS gone, (SELECT count(*) FROM told)::text AS told`,
+
+    // The lock's live holder (token, metadata, time left by the server's clock) and its live waiters ($1 name).
+    inspect: `SELECT l.token::text AS token, l.metadata,
+       ceil(extract(epoch FROM l.expires_at - now.t) * 1000)::text AS ms,
+       (SELECT count(*) FROM ${W} w WHERE w.kind = 'l' AND w.name = $1 AND w.expires_at > now.t)::text AS waiters
+  FROM (SELECT clock_timestamp() AS t) now
+  LEFT JOIN ${L} l ON l.kind = 'l' AND l.name = $1 AND l.slot = 0 AND l.expires_at > now.t`,
+
+    // Owner-checked like a renewal; keeps the token and the expiry ($1 name, $2 owner, $3 token, $4 metadata).
+    updateMetadata: `UPDATE ${L} l SET metadata = $4
+ WHERE l.kind = 'l' AND l.name = $1 AND l.slot = 0 AND l.owner = $2 AND l.token = $3::bigint
+   AND l.expires_at > clock_timestamp()
+RETURNING 1 AS ok`,
+
+    // Free slots of a semaphore ($1 name, $2 limit), or the limit its live holders and waiters were stored with.
+    availablePermits: `WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
+  held AS (SELECT l.slot, l.permits FROM ${L} l, now WHERE l.kind = 's' AND l.name = $1 AND l.expires_at > now.t)
+SELECT (SELECT x.permits FROM (
+          SELECT h.permits FROM held h WHERE h.permits IS DISTINCT FROM $2::int
+          UNION ALL
+          SELECT w.permits FROM ${W} w, now
+           WHERE w.kind = 's' AND w.name = $1 AND w.expires_at > now.t AND w.permits IS DISTINCT FROM $2::int
+        ) x LIMIT 1)::text AS stored,
+       ($2::int - (SELECT count(*) FROM held WHERE slot < $2::int))::text AS free`,
+
+    // Rows of names nobody touches any more: expired leases and waiters, at most $1 of each per call, skipping rows
+    // another statement has locked. Token rows are never deleted.
+    sweep: `WITH leases AS (
+    DELETE FROM ${L} WHERE ctid IN (
+      SELECT ctid FROM ${L} WHERE expires_at <= clock_timestamp() LIMIT $1::int FOR UPDATE SKIP LOCKED)
+    RETURNING 1),
+  waiters AS (
+    DELETE FROM ${W} WHERE ctid IN (
+      SELECT ctid FROM ${W} WHERE expires_at <= clock_timestamp() LIMIT $1::int FOR UPDATE SKIP LOCKED)
+    RETURNING 1)
+SELECT (SELECT count(*) FROM leases)::text AS leases, (SELECT count(*) FROM waiters)::text AS waiters`,
+  };
+}
