@@ -117,6 +117,19 @@ for (const family of FAMILY_PAIR) {
       expect(await keysOf(name)).toEqual([fence, slots]);
     }, 30_000);
 
+    it('an index that lost track (its key deleted) never makes two holders of one slot', async () => {
+      fresh();
+      const held = [await semaphore(4).acquire(), await semaphore(4).acquire(), await semaphore(4).acquire()];
+      await (held[1] as Permit).release();
+      await admin.del(semaphoreKeys(PREFIX, name).slots);
+      // Slots 0 and 2 are still held (their keys say so); the next grants find 1 and 3, and then the limit.
+      const more = [await semaphore(4).tryAcquire(), await semaphore(4).tryAcquire()];
+      expect(more.map((p) => p?.slot).sort()).toEqual([1, 3]);
+      expect(await semaphore(4).tryAcquire()).toBeNull();
+      expect(await semaphore(4).available()).toBe(0);
+      await Promise.all([held[0], held[2], ...more].map((p) => p?.release()));
+    });
+
     it('refuses another limit while in use (PermitsMismatchError) and takes a new one when idle', async () => {
       fresh();
       const held = await semaphore(3).acquire();
