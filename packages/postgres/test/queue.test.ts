@@ -1,0 +1,202 @@
+import { LockClient, type LockHandle, TransportError } from '@dlock/core';
+import { PostgresLockService } from '@dlock/postgres';
+import type pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { newPool, privateSchema } from './helpers.js';
+
+const pool = newPool(20);
+let schema = '';
+let drop: () => Promise<void> = async () => {};
+beforeAll(async () => {
+  ({ schema, drop } = await privateSchema(pool));
+});
+afterAll(async () => {
+  await drop();
+  await pool.end();
+});
+
+const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+const signal = new AbortController().signal;
+
+async function until(predicate: () => Promise<boolean> | boolean, maxMs: number): Promise<boolean> {
+  const end = performance.now() + maxMs;
+  while (performance.now() < end) {
+    if (await predicate()) return true;
+    await sleep(20);
+  }
+  return predicate();
+}
+
+async function rowsOf(table: 'leases' | 'waiters', name: string): Promise<number> {
+  const result = await pool.query(
+    `SELECT count(*)::int AS n FROM "${schema}".dlock_${table} WHERE name = $1`,
+    [name],
+  );
+  return result.rows[0].n;
+}
+
+describe('the queue', () => {
+  it('serves 6 waiters of two services in arrival order, each woken by one notice (3 statements each)', async () => {
+    const services = [new PostgresLockService({ pool, schema }), new PostgresLockService({ pool, schema })];
+    const [first, second] = services as [PostgresLockService, PostgresLockService];
+    const holder = await new LockClient(first).acquire('fifo', { ttlMs: 10_000 });
+    const before = first.statements + second.statements;
+    const order: number[] = [];
+    const waits: Promise<void>[] = [];
+    for (let i = 0; i < 6; i++) {
+      const client = new LockClient(services[i % 2] as PostgresLockService);
+      waits.push(
+        client.acquire('fifo', { ttlMs: 10_000, waitMs: 20_000 }).then(async (handle: LockHandle) => {
+          order.push(i);
+          await handle.release();
+          await client.close();
+        }),
+      );
+      await until(async () => (await rowsOf('waiters', 'fifo')) === i + 1, 2_000);
+    }
+    const started = performance.now();
+    await holder.release();
+    await Promise.all(waits);
+    const tookMs = performance.now() - started;
+    expect(order).toEqual([0, 1, 2, 3, 4, 5]);
+    // Each waiter: its enqueue, one re-check after its notice, its release (and the holder's release).
+    const spent = first.statements + second.statements - before;
+    expect(spent).toBeLessThanOrEqual(6 * 3 + 1 + 2);
+    console.log(`6 hand-offs in ${tookMs.toFixed(0)} ms, ${spent} statements`);
+    expect(await rowsOf('waiters', 'fifo')).toBe(0);
+    await Promise.all(services.map((s) => s.close()));
+  });
+
+  it('the first waiter behind a live holder names itself in the lease row, so a racing release still wakes it', async () => {
+    const service = new PostgresLockService({ pool, schema });
+    const holder = await new LockClient(service).acquire('marked', { ttlMs: 10_000 });
+    const client = new LockClient(service);
+    const waiting = client.acquire('marked', { ttlMs: 10_000, waitMs: 10_000 });
+    await until(async () => (await rowsOf('waiters', 'marked')) === 1, 2_000);
+    const row = await pool.query(
+      `SELECT next_waiter = (SELECT id FROM "${schema}".dlock_waiters WHERE name = 'marked') AS named, next_channel
+         FROM "${schema}".dlock_leases WHERE name = 'marked'`,
+    );
+    expect(row.rows).toEqual([{ named: true, next_channel: service.channel }]);
+    await holder.release();
+    await (await waiting).release();
+    await client.close();
+    await service.close();
+  });
+
+  it('without LISTEN (listen: false) waiters are still served, in order, on their backoff', async () => {
+    const service = new PostgresLockService({ pool, schema, listen: false });
+    const holder = await new LockClient(service).acquire('quiet', { ttlMs: 10_000 });
+    const order: number[] = [];
+    const waits = [0, 1, 2].map(async (i) => {
+      await sleep(100 * i);
+      const client = new LockClient(service);
+      const handle = await client.acquire('quiet', { ttlMs: 10_000, waitMs: 10_000 });
+      order.push(i);
+      await handle.release();
+      await client.close();
+    });
+    await sleep(400);
+    await holder.release();
+    await Promise.all(waits);
+    expect(order).toEqual([0, 1, 2]);
+    await service.close();
+  });
+
+  it("a crashed waiter's row stops counting at its expiry and is deleted by the next statement on the name", async () => {
+    const service = new PostgresLockService({ pool, schema, listen: false });
+    await pool.query(
+      `INSERT INTO "${schema}".dlock_waiters (kind, name, id, channel, expires_at)
+       VALUES ('l', 'crashed-waiter', 'gone', 'nobody', clock_timestamp() + interval '400 ms')`,
+    );
+    const request = { name: 'crashed-waiter', ownerId: 'o', ttlMs: 5_000, waitMs: 0, signal };
+    expect((await service.acquire(request)).acquired).toBe(false);
+    await sleep(450);
+    expect((await service.acquire(request)).acquired).toBe(true);
+    expect(await rowsOf('waiters', 'crashed-waiter')).toBe(0);
+    await service.close();
+  });
+
+  it('wakes its waiters after its listening connection is killed, and listens again', async () => {
+    const service = new PostgresLockService({ pool, schema });
+    const holder = await new LockClient(service).acquire('relisten', { ttlMs: 10_000 });
+    const client = new LockClient(service);
+    const waiting = client.acquire('relisten', { ttlMs: 10_000, waitMs: 10_000 });
+    const listener = async () =>
+      (
+        await pool.query<{ pid: number }>(
+          `SELECT pid FROM pg_stat_activity WHERE query = $1 AND pid <> pg_backend_pid()`,
+          [`LISTEN ${service.channel}`],
+        )
+      ).rows;
+    expect(await until(async () => (await listener()).length === 1, 3_000)).toBe(true);
+    const [killed] = await listener();
+    await pool.query('SELECT pg_terminate_backend($1)', [killed?.pid]);
+    expect(await until(async () => (await listener()).some((r) => r.pid !== killed?.pid), 5_000)).toBe(true);
+    const released = performance.now();
+    await holder.release();
+    const next = await waiting;
+    expect(performance.now() - released).toBeLessThan(1_000);
+    await next.release();
+    await client.close();
+    await service.close();
+  });
+});
+
+describe('undo', () => {
+  it('a grant whose reply is lost in transit is given back once the statement settles', async () => {
+    let delayMs = 0;
+    const slow = {
+      query: async (text: string, values?: unknown[]) => {
+        const result = await pool.query(text, values);
+        if (delayMs > 0 && text.startsWith('WITH now')) await sleep(delayMs);
+        return result;
+      },
+      connect: () => pool.connect(),
+    } as unknown as pg.Pool;
+    const service = new PostgresLockService({ pool: slow, schema, requestTimeoutMs: 200 });
+    delayMs = 600;
+    const lost = await service
+      .acquire({ name: 'lost-reply', ownerId: 'o', ttlMs: 30_000, waitMs: 0, signal })
+      .catch((error: unknown) => error);
+    expect(lost).toBeInstanceOf(TransportError);
+    delayMs = 0;
+    // The grant landed; the background leave removes it after the reply finally arrives (no 30 s wait).
+    expect(await rowsOf('leases', 'lost-reply')).toBe(1);
+    expect(await until(async () => (await rowsOf('leases', 'lost-reply')) === 0, 3_000)).toBe(true);
+    const other = new PostgresLockService({ pool, schema, listen: false });
+    const request = { name: 'lost-reply', ownerId: 'p', ttlMs: 5_000, waitMs: 0, signal };
+    expect((await other.acquire(request)).acquired).toBe(true);
+    await Promise.all([service.close(), other.close()]);
+  });
+});
+
+describe('close', () => {
+  it('ends a pending acquire (its waiter row removed) and rejects every later call with ClientClosedError', async () => {
+    const service = new PostgresLockService({ pool, schema });
+    const other = new PostgresLockService({ pool, schema, listen: false });
+    const holder = await new LockClient(other).acquire('closing', { ttlMs: 10_000 });
+    const pending = service.acquire({ name: 'closing', ownerId: 'o', ttlMs: 5_000, waitMs: 20_000, signal });
+    pending.catch(() => {});
+    await until(async () => (await rowsOf('waiters', 'closing')) === 1, 2_000);
+    await service.close();
+    await expect(pending).rejects.toMatchObject({ code: 'CLIENT_CLOSED' });
+    expect(await rowsOf('waiters', 'closing')).toBe(0);
+    const lease = { name: 'closing', ownerId: 'o', ownershipToken: 'x'.repeat(22), fencingToken: 1n };
+    const calls: Promise<unknown>[] = [
+      service.acquire({ name: 'closing', ownerId: 'o', ttlMs: 5_000, waitMs: 0, signal }),
+      service.acquirePermit({ name: 's', ownerId: 'o', ttlMs: 5_000, waitMs: 0, signal, permits: 2 }),
+      service.renew({ lease, ttlMs: 5_000 }),
+      service.renewMany([{ lease, ttlMs: 5_000 }]),
+      service.release(lease),
+      service.inspect('closing'),
+      service.updateMetadata(lease, 'm'),
+      service.availablePermits('s', 2),
+      service.ensureSchema(),
+      service.sweep(),
+    ];
+    for (const call of calls) await expect(call).rejects.toMatchObject({ code: 'CLIENT_CLOSED' });
+    await holder.release();
+    await other.close();
+  });
+});

@@ -1,0 +1,103 @@
+import { LockClient } from '@dlock/core';
+import { PostgresLockService } from '@dlock/postgres';
+import type pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { newPool, privateSchema } from './helpers.js';
+
+const pool = newPool(10);
+let schema = '';
+let drop: () => Promise<void> = async () => {};
+beforeAll(async () => {
+  ({ schema, drop } = await privateSchema(pool));
+});
+afterAll(async () => {
+  await drop();
+  await pool.end();
+});
+
+/** The pool as the service sees it, counting every statement that reaches it (what goes over the wire). */
+function countingPool(real: pg.Pool): { pool: pg.Pool; sent: string[] } {
+  const sent: string[] = [];
+  const counting = {
+    query: (text: string, values?: unknown[]) => {
+      sent.push(text.slice(0, 40).replace(/\s+/g, ' '));
+      return real.query(text, values);
+    },
+    connect: () => real.connect(),
+  };
+  return { pool: counting as unknown as pg.Pool, sent };
+}
+
+async function cycles(client: LockClient, n: number, waitMs: number): Promise<void> {
+  for (let i = 0; i < n; i++) {
+    const lock = await client.acquire(`cycle-${waitMs}`, { ttlMs: 10_000, waitMs });
+    await lock.release();
+  }
+}
+
+describe('statements per operation (counted at the pool)', () => {
+  it('uncontended acquire + release: one statement each, with or without a wait budget', async () => {
+    const { pool: counting, sent } = countingPool(pool);
+    const service = new PostgresLockService({ pool: counting, schema });
+    const client = new LockClient(service);
+    await cycles(client, 20, 0);
+    expect(sent.length).toBe(40);
+    sent.length = 0;
+    await cycles(client, 20, 5_000);
+    expect(sent.length).toBe(40);
+    expect(service.statements).toBe(80);
+    await client.close();
+    await service.close();
+  });
+
+  it('a refused tryAcquire is one statement; a permit is one statement to take and one to give back', async () => {
+    const { pool: counting, sent } = countingPool(pool);
+    const service = new PostgresLockService({ pool: counting, schema });
+    const client = new LockClient(service);
+    const holder = await client.acquire('busy', { ttlMs: 10_000 });
+    sent.length = 0;
+    expect(await new LockClient(service).tryAcquire('busy', { ttlMs: 1_000 })).toBeNull();
+    expect(sent.length).toBe(1);
+    await holder.release();
+    sent.length = 0;
+    const permit = await client
+      .semaphore('pool-of-3', { permits: 3, ttlMs: 10_000 })
+      .acquire({ waitMs: 1_000 });
+    await permit.release();
+    expect(sent.length).toBe(2);
+    await client.close();
+    await service.close();
+  });
+
+  it('renewMany of 1,000 held leases is one statement, and renews them all', async () => {
+    const { pool: counting, sent } = countingPool(pool);
+    const service = new PostgresLockService({ pool: counting, schema, listen: false });
+    const signal = new AbortController().signal;
+    const leases = [];
+    for (let i = 0; i < 1_000; i++) {
+      const result = await service.acquire({
+        name: `held-${i}`,
+        ownerId: 'o',
+        ttlMs: 20_000,
+        waitMs: 0,
+        signal,
+      });
+      if (!result.acquired) throw new Error('not acquired');
+      const { ownershipToken, fencingToken } = result.grant;
+      leases.push({ name: `held-${i}`, ownerId: 'o', ownershipToken, fencingToken });
+    }
+    sent.length = 0;
+    const started = performance.now();
+    const results = await service.renewMany(leases.map((lease) => ({ lease, ttlMs: 20_000 })));
+    const tookMs = performance.now() - started;
+    expect(sent.length).toBe(1);
+    expect(results.every((r) => r.renewed)).toBe(true);
+    console.log(`renewMany of 1,000 leases: 1 statement, ${tookMs.toFixed(1)} ms`);
+    const [first] = leases;
+    if (!first) throw new Error('no lease');
+    const wrongToken = { ...first, fencingToken: first.fencingToken + 99n };
+    expect(await service.renewMany([{ lease: wrongToken, ttlMs: 1_000 }])).toEqual([{ renewed: false }]);
+    await Promise.all(leases.map((lease) => service.release(lease)));
+    await service.close();
+  });
+});
