@@ -66,8 +66,12 @@ export interface PermitClaim extends SessionNodes {
   session: Session | undefined;
   /** The claim counts as a user of its semaphore's node until it is granted or leaves. */
   usesSemaphore: boolean;
-  /** A slot whose create went out for this claim without an answer: the claim may hold it. */
-  unsureSlot: number | undefined;
+  /**
+   * Slots whose create went out for this claim without an answer: the claim may hold them (a server that was
+   * behind can show such a node only later), so each is deleted once the claim no longer needs it, if its data
+   * names this attempt.
+   */
+  readonly unsureSlots: Set<number>;
   lease: PermitRecord | undefined;
 }
 
@@ -176,7 +180,7 @@ export class ZooKeeperSemaphoreProtocol implements QueueDriver<PermitClaim, Perm
       giveUpAt: undefined,
       session: undefined,
       usesSemaphore: false,
-      unsureSlot: undefined,
+      unsureSlots: new Set(),
       lease: undefined,
     };
   }
@@ -279,7 +283,7 @@ export class ZooKeeperSemaphoreProtocol implements QueueDriver<PermitClaim, Perm
     if (record) {
       this.#forget(record);
       claim.lease = undefined;
-      claim.unsureSlot = record.slot;
+      claim.unsureSlots.add(record.slot);
     }
     if (claim.usesSemaphore) {
       claim.usesSemaphore = false;
@@ -495,7 +499,7 @@ export class ZooKeeperSemaphoreProtocol implements QueueDriver<PermitClaim, Perm
         if (late.ok) this.#removeSlotLater(session, path, claim.attemptId);
       });
     } catch (error) {
-      if (error instanceof TransportError) claim.unsureSlot = slot;
+      if (error instanceof TransportError) claim.unsureSlots.add(slot);
       if (!isConnectionLoss(error)) throw error;
       const read = await session.readNode(path);
       if (!this.#isOurs(read, session, claim.attemptId)) return 'again';
@@ -614,7 +618,10 @@ export class ZooKeeperSemaphoreProtocol implements QueueDriver<PermitClaim, Perm
     session.engage();
     session.letGo(claim);
     claim.lease = record;
-    claim.unsureSlot = undefined;
+    for (const unsure of claim.unsureSlots) {
+      if (unsure !== slot) this.#removeSlotLater(session, `${claim.slots}/${unsure}`, claim.attemptId);
+    }
+    claim.unsureSlots.clear();
     // The permit uses the semaphore's node now, until it is forgotten.
     claim.usesSemaphore = false;
     return {
@@ -698,9 +705,9 @@ export class ZooKeeperSemaphoreProtocol implements QueueDriver<PermitClaim, Perm
         );
         await Promise.all(mine.map((child) => removeNode(session, `${claim.parent}/${child}`)));
       }
-      if (claim.unsureSlot !== undefined) {
-        await this.#removeSlotIfOurs(session, `${claim.slots}/${claim.unsureSlot}`, claim.attemptId);
-        claim.unsureSlot = undefined;
+      for (const unsure of [...claim.unsureSlots]) {
+        await this.#removeSlotIfOurs(session, `${claim.slots}/${unsure}`, claim.attemptId);
+        claim.unsureSlots.delete(unsure);
       }
     } catch (error) {
       if (session.ended) {
