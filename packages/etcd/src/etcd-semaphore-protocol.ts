@@ -264,8 +264,8 @@ export class EtcdSemaphoreProtocol implements QueueDriver<PermitClaim, PermitWai
 
   /**
    * Re-reads where the claim stands and takes a slot if it is first and one is free. Our queue key still existing
-   * with our revision, and the lease confirmed recently (a keep-alive goes first when its last confirmation is
-   * old), together are the lease check etcd's own mutex lacked (etcd #11456). A failed read pauses and reads again,
+   * with our revision, and the grant's lease confirmed recently (a keep-alive goes first when its last confirmation
+   * is old), together are the lease check etcd's own mutex lacked (etcd #11456). A failed read pauses and reads again,
    * keeping the claim's place, until the wait's deadline; a failed take ends the attempt (core takes back what it
    * may have written).
    */
@@ -275,8 +275,11 @@ export class EtcdSemaphoreProtocol implements QueueDriver<PermitClaim, PermitWai
     const clock = this.#requests.clock;
     const lease = leaseOf(claim);
     const at = clock.monotonic();
+    // On a session the queue key's lease is the waiters' session, which no grant rests on: the take compares the
+    // queue key (alive, so its lease is) and `#holderFor` refreshes the grants' session the slot key goes on.
     const fresh =
-      lease.expiresAt - at >= lease.ttlMs / 2 && lease.expiresAt - claim.startedAt >= request.ttlMs;
+      lease.session ||
+      (lease.expiresAt - at >= lease.ttlMs / 2 && lease.expiresAt - claim.startedAt >= request.ttlMs);
     if (!fresh) {
       let confirmed: KeepAliveOutcome;
       try {
