@@ -171,7 +171,8 @@ SELECT (SELECT g.token::text FROM granted g) AS token,
 
     // Semaphore acquire, enqueue and re-check ($1-$6 as for a lock, $7 the limit). A waiter with k live waiters
     // before it takes the (k+1)-th free slot, so waiters woken together pick different slots and a caller that does
-    // not queue takes a slot only when more are free than waiters wait. The slot's token row is (s, name, slot):
+    // not queue takes a slot only when more are free than waiters wait; a waiter granted while more slots are free
+    // than it and those ahead of it need wakes the waiter after them. The slot's token row is (s, name, slot):
     // tokens rise per slot across holders. A live holder or waiter stored with another limit refuses the call
     // (`stored`) and nothing is written.
     acquirePermit: `WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
@@ -179,7 +180,8 @@ SELECT (SELECT g.token::text FROM granted g) AS token,
     SELECT l.slot, l.permits, l.expires_at FROM ${L} l, now
      WHERE l.kind = 's' AND l.name = $1 AND l.expires_at > now.t),
   queue AS (
-    SELECT w.id, w.seq, w.permits FROM ${W} w, now WHERE w.kind = 's' AND w.name = $1 AND w.expires_at > now.t),
+    SELECT w.id, w.seq, w.permits, w.channel FROM ${W} w, now
+     WHERE w.kind = 's' AND w.name = $1 AND w.expires_at > now.t),
   stored AS (
     (SELECT h.permits FROM held h WHERE h.permits IS DISTINCT FROM $7::int
      UNION ALL
@@ -207,7 +209,12 @@ SELECT (SELECT g.token::text FROM granted g) AS token,
     SELECT 's', $1, $2, $7::int, $6::text, now.t + ${ms('$5')} FROM now
      WHERE $5::float8 > 0 AND NOT EXISTS (SELECT 1 FROM granted) AND NOT EXISTS (SELECT 1 FROM stored)
     ON CONFLICT (kind, name, id) DO UPDATE SET expires_at = excluded.expires_at, channel = excluded.channel
-    RETURNING w.seq)
+    RETURNING w.seq),
+  told AS (
+    SELECT pg_notify(q.channel, q.id) FROM queue q
+     WHERE EXISTS (SELECT 1 FROM granted) AND q.id <> $2 AND q.channel IS NOT NULL
+       AND $7::int - (SELECT count(*) FROM held h WHERE h.slot < $7::int) > 1 + (SELECT n FROM ahead)
+     ORDER BY q.seq OFFSET (SELECT n FROM ahead) LIMIT 1)
 SELECT (SELECT g.slot::text FROM granted g) AS slot,
        (SELECT g.token::text FROM granted g) AS token,
        (SELECT permits::text FROM stored) AS stored,
@@ -215,7 +222,8 @@ SELECT (SELECT g.slot::text FROM granted g) AS slot,
          AS holder_ms,
        (EXISTS (SELECT 1 FROM pick) AND NOT EXISTS (SELECT 1 FROM granted))::text AS again,
        (SELECT n FROM ahead)::text AS ahead,
-       (SELECT count(*) FROM queued)::text AS queued`,
+       (SELECT count(*) FROM queued)::text AS queued,
+       (SELECT count(*) FROM told)::text AS told`,
 
     // Renewal of many grants, locks and permits alike, in one statement: each row is extended only while its owner
     // and token still hold it and its lease has not run out by the server's clock (an expired lease is never

@@ -143,6 +143,34 @@ describe('the queue', () => {
   });
 });
 
+describe("a semaphore's queue", () => {
+  it('three slots freed at once reach three waiters without waiting for a refresh', async () => {
+    const service = new PostgresLockService({ pool, schema });
+    const sem = (client: LockClient) => client.semaphore('trio', { permits: 3, ttlMs: 10_000 });
+    const holders = await Promise.all([0, 1, 2].map(() => sem(new LockClient(service)).acquire()));
+    const clients = [0, 1, 2].map(() => new LockClient(service));
+    const waits = [];
+    for (const client of clients) {
+      waits.push(sem(client).acquire({ waitMs: 20_000 }));
+      await until(async () => (await rowsOf('waiters', 'trio')) === waits.length, 2_000);
+    }
+    const released = performance.now();
+    await Promise.all(holders.map((h) => h.release()));
+    const permits = await Promise.all(waits);
+    const tookMs = performance.now() - released;
+    expect(new Set(permits.map((p) => p.slot))).toEqual(new Set([0, 1, 2]));
+    for (const permit of permits) {
+      const before = holders.find((h) => h.slot === permit.slot);
+      expect(permit.fencingToken).toBeGreaterThan(before?.fencingToken ?? 0n);
+    }
+    // Far below a waiter row's refresh (a third of its lease: 3.3 s here).
+    expect(tookMs).toBeLessThan(1_000);
+    await Promise.all(permits.map((p) => p.release()));
+    await Promise.all(clients.map((c) => c.close()));
+    await service.close();
+  });
+});
+
 describe('undo', () => {
   it('a grant whose reply is lost in transit is given back once the statement settles', async () => {
     let delayMs = 0;
