@@ -41,11 +41,13 @@ import { LUA_CLOCK, LUA_MINT, LUA_VALUES, luaSource } from './scripts.js';
 const SEM_PRELUDE = `
 local SLOT = string.sub(KEYS[1], 1, -6) .. 'slot:'
 
--- The last token, read once and only when a grant needs one (mint keeps the count from there).
+-- The next token. The first grant of a script writes the clock's token to the fence key reading the last one
+-- (SET ... GET, as the lock's acquire does); mint then keeps the count from there, and writes again only when the
+-- last token was not below the clock or another TTL follows.
 local function token(ttl)
   if not F then
-    F = tonumber(redis.call('GET', KEYS[2]) or '0')
-    FENCE = F
+    local last = redis.call('SET', KEYS[2], num(now_us()), 'PX', num(ttl + RETENTION_MS), 'GET')
+    F, FENCE, FENCE_TTL = tonumber(last or '') or 0, now_us(), tonumber(ttl)
   end
   return mint(ttl)
 end
