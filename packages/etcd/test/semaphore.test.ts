@@ -236,6 +236,22 @@ for (const session of [false, true]) {
       await lock.release();
     });
 
+    it('close() ends a queued waiter with ClientClosedError and takes back its keys', async () => {
+      const name = lockName('sem-close-waiter');
+      const holder = await setup(session).locks.semaphore(name, { permits: 1, ttlMs: TTL_MS }).acquire();
+      const { locks, service } = setup(session);
+      const waiting = rejection(
+        locks.semaphore(name, { permits: 1, ttlMs: TTL_MS }).acquire({ waitMs: 20_000 }),
+      );
+      await queued(name, 1);
+      await service.close();
+      expect(await waiting).toBeInstanceOf(ClientClosedError);
+      expect(Object.keys(await semaphoreKeys(etcd, TEST_PREFIX, name))).toEqual([
+        `${TEST_PREFIX}%sem/${name}/1/s/0`,
+      ]);
+      await holder.release();
+    });
+
     it('rejects every semaphore call after close with ClientClosedError', async () => {
       const { service } = setup(session);
       await service.close();
@@ -252,6 +268,37 @@ for (const session of [false, true]) {
     });
   });
 }
+
+describe('a session lease revoked behind the service', () => {
+  it('reports its permits lost through watchLeases, and the next acquire opens a new session', async () => {
+    const granted: string[] = [];
+    const recording: EtcdClientLike = {
+      kv: etcd.kv,
+      watchClient: etcd.watchClient,
+      leaseClient: {
+        leaseGrant: async (request, options) => {
+          const response = await etcd.leaseClient.leaseGrant(request, options);
+          granted.push(response.ID);
+          return response;
+        },
+        leaseRevoke: (request, options) => etcd.leaseClient.leaseRevoke(request, options),
+        leaseKeepAlive: (options) => etcd.leaseClient.leaseKeepAlive(options),
+      },
+    };
+    const { locks } = setup(true, recording);
+    const pool = locks.semaphore(lockName('sem-session-lost'), { permits: 2, ttlMs: 2_000 });
+    const lost: string[] = [];
+    const permit = await pool.acquire({ onLost: (_permit, reason) => lost.push(reason) });
+    await Promise.all(granted.map((ID) => etcd.leaseClient.leaseRevoke({ ID }).catch(() => {})));
+    // Told at the next renewal (a third of the TTL), not after the TTL.
+    expect(await waitUntil(() => lost.length === 1, 2_000)).toBe(true);
+    expect(permit.state).toBe('lost');
+    expect(await pool.available()).toBe(2);
+    const next = await pool.acquire();
+    expect(next.fencingToken).toBeGreaterThan(permit.fencingToken);
+    await next.release();
+  });
+});
 
 describe('requests per uncontended permit', () => {
   for (const session of [false, true]) {
