@@ -3,9 +3,11 @@
 // workspace. Run by scripts/pack-check.sh after smoke.ts; every server is local and every call is bounded.
 import { LockClient, type LockService } from '@dlock/core';
 import { EtcdLockService } from '@dlock/etcd';
+import { PostgresLockService } from '@dlock/postgres';
 import { RedisLockService, RedlockService } from '@dlock/redis';
 import { ZooKeeperLockService } from '@dlock/zookeeper';
 import { Etcd3 } from 'etcd3';
+import pg from 'pg';
 import { createClient } from 'redis';
 
 async function roundTrip(label: string, service: LockService): Promise<void> {
@@ -47,4 +49,33 @@ try {
   await roundTrip('@dlock/zookeeper', zookeeper);
 } finally {
   await zookeeper.close();
+}
+
+// PostgreSQL: tables in a schema of this run's own, dropped after; a waiter queued in the database is handed the lock
+// by the holder's release (one notice) with a higher token.
+const pool = new pg.Pool({ connectionString: 'postgres://postgres@127.0.0.1:5432/test' });
+const schema = `pack_check_${process.pid}`;
+const postgres = new PostgresLockService({ pool, schema });
+try {
+  await postgres.ensureSchema();
+  await roundTrip('@dlock/postgres', postgres);
+  const first = new LockClient(postgres);
+  const second = new LockClient(postgres);
+  try {
+    const holder = await first.acquire('pack-check hand-off', { ttlMs: 10_000 });
+    const waiting = second.acquire('pack-check hand-off', { ttlMs: 10_000, waitMs: 5_000 });
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    await holder.release();
+    const next = await waiting;
+    if (next.fencingToken <= holder.fencingToken)
+      throw new Error('@dlock/postgres: hand-off token did not increase');
+    await next.release();
+  } finally {
+    await Promise.all([first.close(), second.close()]);
+  }
+  console.log('pack-check: @dlock/postgres hands a released lock to a waiter queued in PostgreSQL');
+} finally {
+  await postgres.close();
+  await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+  await pool.end();
 }
