@@ -6,7 +6,7 @@ import { REDIS_URL, startTcpProxy, type TcpProxy } from '@dlock/test-utils';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { type RedisClientLike, RedisLockService } from '../src/index.js';
 import { FAMILY_PAIR } from './clients.js';
-import { sleep } from './helpers.js';
+import { connect, disconnect, SideRedis, sleep } from './helpers.js';
 import { subjectOn } from './semaphore-cases.js';
 
 // Faults around permits: a holder process frozen past its TTL, a holder process killed, an acquire whose reply is
@@ -181,4 +181,30 @@ describe('an acquire whose reply is lost', () => {
       }
     });
   }
+});
+
+describe('per-slot tokens when Redis restarts empty (private server)', () => {
+  it('keep rising on every slot: the next grant is above every earlier one', async () => {
+    const side = await SideRedis.start();
+    const client = await connect(side.url);
+    const service = new RedisLockService({ client, requestTimeoutMs: 1_000 });
+    const locks = clientOn(service);
+    cleanups.push(async () => {
+      await service.close();
+      await disconnect(client);
+      await side.stop();
+    });
+    const sem = locks.semaphore('restart', { permits: 2, ttlMs: 5_000 });
+    const before = [await sem.acquire(), await sem.acquire()];
+    await Promise.all(before.map((p) => p.release()));
+    await side.restartEmpty();
+    const until = performance.now() + 5_000;
+    while (!client.isReady && performance.now() < until) await sleep(20);
+    const after = [await sem.acquire({ waitMs: 2_000 }), await sem.acquire({ waitMs: 2_000 })];
+    for (const permit of after) {
+      const earlier = before.find((p) => p.slot === permit.slot);
+      expect(permit.fencingToken).toBeGreaterThan(earlier?.fencingToken as bigint);
+    }
+    await Promise.all(after.map((p) => p.release()));
+  });
 });
