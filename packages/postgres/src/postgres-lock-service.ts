@@ -39,8 +39,8 @@ const SWEEP_LIMIT = 1_000;
  *   service's channel sent in the release statement (see `PostgresReleaseWatch`); a waiter also looks again at the
  *   holder's expiry and, while its service cannot listen, on a backoff.
  * - Renewal: `renewMany` is one statement for every due lease (locks and permits alike).
- * - Elections: metadata stored in the lease row; `inspect`, `updateMetadata`, and `watchChanges` (this service's
- *   own changes at once; other processes' are seen by core's poll).
+ * - Elections: metadata stored in the lease row; `inspect`, `updateMetadata`, and `watchChanges` (notices from the
+ *   statements that change the name, to the services observing it).
  * - Semaphores (`acquirePermit`): a slot row per held permit, the limit stored with holders and waiters.
  *
  * @example
@@ -69,7 +69,13 @@ export class PostgresLockService implements LockService {
     const clock = resolved.clock ?? systemClock;
     this.#db = new Database(resolved.pool, resolved.listen, clock, resolved.requestTimeoutMs);
     this.#sql = postgresStatements(resolved.tablePrefix, resolved.schema);
-    this.#watch = new PostgresReleaseWatch(this.#db, clock);
+    const db = this.#db;
+    const sql = this.#sql;
+    const watch: PostgresReleaseWatch = new PostgresReleaseWatch(db, clock, {
+      observe: (names, ms) => db.query('observe', sql.observe, [names, watch.channel, ms]),
+      unobserve: (name) => db.query('unobserve', sql.unobserve, [name, watch.channel]),
+    });
+    this.#watch = watch;
     this.#locks = new PostgresProtocol(this.#db, this.#sql, this.#watch, 'l');
     this.#permits = new PostgresProtocol(this.#db, this.#sql, this.#watch, 's');
     this.#cleanups = new BackgroundRetries(clock);
@@ -161,8 +167,8 @@ export class PostgresLockService implements LockService {
   }
 
   /**
-   * Calls `onReleased` when this service releases `name` or gives it back. Another process's release is not
-   * reported: a waiter of this service is woken by its own queue notice, and core's wait loop polls otherwise.
+   * Calls `onReleased` when `name` may have become free: at once for this service's own releases, and for other
+   * processes' releases (and grants) through an observer row and a notice, while this service can listen.
    */
   watch(name: string, onReleased: () => void): () => void {
     if (this.#closing.signal.aborted) return () => {};
@@ -182,8 +188,10 @@ export class PostgresLockService implements LockService {
   }
 
   /**
-   * Calls `onChange` when this service grants, releases or updates `name`. Changes by other processes are picked
-   * up by core's own look at least once per half lease.
+   * Calls `onChange` when `name` is granted, released or its metadata updated: by this service at once, by other
+   * processes through a notice to this service's channel (an observer row of kind `o`, kept while subscribed), and
+   * once when that row is in place. An expiry without a release sends nothing: core's election feed also looks
+   * every half lease.
    */
   watchChanges(name: string, onChange: () => void): () => void {
     if (this.#closing.signal.aborted) return () => {};

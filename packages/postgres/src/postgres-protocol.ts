@@ -216,7 +216,7 @@ export class PostgresProtocol implements QueueDriver<Claim, Wait> {
       lease.fencingToken.toString(),
       metadata,
     ]);
-    const updated = rows.length === 1;
+    const updated = onlyRow(rows, 'update metadata')['updated'] === '1';
     if (updated) this.#watch.notify(lease.name);
     return updated;
   }

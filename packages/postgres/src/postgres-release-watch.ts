@@ -5,6 +5,8 @@ import type { Database, Listening } from './database.js';
 
 /** Without a notice for this long, nobody waits: the listening connection goes back (or is ended). */
 const IDLE_CLOSE_MS = 2_000;
+/** An observer row lives this long unless refreshed; the service refreshes its rows every third of it. */
+const OBSERVE_MS = 60_000;
 const MIN_BACKOFF_MS = 50;
 const MAX_BACKOFF_MS = 2_000;
 
@@ -16,9 +18,17 @@ const MAX_BACKOFF_MS = 2_000;
  * listening resumes (a notice may have been missed in between). Notices only save time: a waiter also looks again
  * at its holder's expiry and at its own refresh, and on a backoff while nobody listens.
  *
- * Also carries this service's own notices per lock name (`watch`, `watchChanges`): its grants, releases and
- * metadata updates, delivered in-process.
+ * Also carries notices per lock name (`watch`, `watchChanges`): this service's own grants, releases and metadata
+ * updates at once, in-process; and, while it observes the name, everyone's: the service writes an observer row for
+ * the name (kind `o` in the waiters table, refreshed every 20 s, deleted when the last subscriber leaves), and the
+ * statements that grant, release or update the name send `c:<name>` to every observer's channel.
  */
+export interface Observing {
+  /** Writes or refreshes this service's observer rows of `names` for `ms`. */
+  observe(names: readonly string[], ms: number): Promise<unknown>;
+  unobserve(name: string): Promise<unknown>;
+}
+
 export class PostgresReleaseWatch {
   /** This service's channel; a waiter row names it so a release can reach this service. */
   readonly channel = `dlock_wake_${randomBytes(8).toString('hex')}`;
@@ -33,9 +43,13 @@ export class PostgresReleaseWatch {
   #retryTimer: AbortController | undefined;
   #closed = false;
 
-  constructor(db: Database, clock: Clock) {
+  readonly #observing: Observing;
+  #refreshTimer: AbortController | undefined;
+
+  constructor(db: Database, clock: Clock, observing: Observing) {
     this.#db = db;
     this.#clock = clock;
+    this.#observing = observing;
   }
 
   /** True while a notice to this service can arrive: the connection has confirmed its LISTEN and not failed. */
@@ -53,11 +67,7 @@ export class PostgresReleaseWatch {
   }
 
   unregister(claimId: string): void {
-    if (!this.#claims.delete(claimId) || this.#claims.size > 0 || this.#closed) return;
-    if (this.#listening || this.#opening) {
-      this.#idleTimer = cancel(this.#idleTimer);
-      this.#idleTimer = this.#later(IDLE_CLOSE_MS, () => this.#idle());
-    }
+    if (this.#claims.delete(claimId)) this.#maybeIdle();
   }
 
   /** Subscribes to this service's own notices about `name` (see `notify`). */
@@ -67,14 +77,17 @@ export class PostgresReleaseWatch {
     if (!set) {
       set = new Set();
       this.#names.set(name, set);
+      this.#startObserving(name);
     }
     const own = (): void => listener();
     set.add(own);
     return () => {
       const current = this.#names.get(name);
-      if (!current) return;
-      current.delete(own);
-      if (current.size === 0) this.#names.delete(name);
+      if (!current?.delete(own) || current.size > 0) return;
+      this.#names.delete(name);
+      if (this.#db.canListen && !this.#closed) this.#observing.unobserve(name).catch(() => {});
+      if (this.#names.size === 0) this.#refreshTimer = cancel(this.#refreshTimer);
+      this.#maybeIdle();
     };
   }
 
@@ -95,7 +108,12 @@ export class PostgresReleaseWatch {
     this.#closed = true;
     this.#idleTimer = cancel(this.#idleTimer);
     this.#retryTimer = cancel(this.#retryTimer);
+    this.#refreshTimer = cancel(this.#refreshTimer);
+    const observed = [...this.#names.keys()];
     this.#names.clear();
+    if (this.#db.canListen) {
+      await Promise.allSettled(observed.map((name) => this.#observing.unobserve(name)));
+    }
     this.#wakeAll();
     this.#claims.clear();
     const listening = this.#listening;
@@ -110,20 +128,24 @@ export class PostgresReleaseWatch {
     this.#opening = true;
     this.#db
       .listen(this.channel, {
-        onNotice: (payload) => this.#claims.get(payload)?.notify(),
+        onNotice: (payload) => {
+          if (payload.startsWith('c:')) this.notify(payload.slice(2));
+          else this.#claims.get(payload)?.notify();
+        },
         onLost: () => this.#lost(),
       })
       .then(
         (listening) => {
           this.#opening = false;
-          if (this.#closed || this.#claims.size === 0) {
+          if (this.#closed || !this.#needed()) {
             void listening.close();
             return;
           }
           this.#listening = listening;
           this.#backoffMs = MIN_BACKOFF_MS;
-          // A release may have come before the LISTEN did: every waiter looks again once.
+          // A release may have come before the LISTEN did: every waiter and observer looks again once.
           this.#wakeAll();
+          for (const name of [...this.#names.keys()]) this.notify(name);
         },
         () => {
           this.#opening = false;
@@ -140,7 +162,7 @@ export class PostgresReleaseWatch {
   }
 
   #retry(): void {
-    if (this.#closed || this.#claims.size === 0) return;
+    if (this.#closed || !this.#needed()) return;
     const delay = this.#backoffMs * (0.5 + this.#clock.random());
     this.#backoffMs = Math.min(MAX_BACKOFF_MS, this.#backoffMs * 2);
     this.#retryTimer = this.#later(delay, () => {
@@ -149,9 +171,43 @@ export class PostgresReleaseWatch {
     });
   }
 
+  /** Someone waits or observes: the connection is worth keeping. */
+  #needed(): boolean {
+    return this.#claims.size > 0 || this.#names.size > 0;
+  }
+
+  #maybeIdle(): void {
+    if (this.#needed() || this.#closed || !(this.#listening || this.#opening)) return;
+    this.#idleTimer = cancel(this.#idleTimer);
+    this.#idleTimer = this.#later(IDLE_CLOSE_MS, () => this.#idle());
+  }
+
+  /** The name's first subscriber: an observer row, so other processes' changes reach this service too. */
+  #startObserving(name: string): void {
+    if (!this.#db.canListen) return;
+    this.#idleTimer = cancel(this.#idleTimer);
+    if (!this.#listening) this.#open();
+    // Once the row is in place, the subscribers look once: a change before it would have been missed.
+    this.#observing.observe([name], OBSERVE_MS).then(
+      () => this.notify(name),
+      () => {},
+    );
+    if (!this.#refreshTimer) this.#scheduleRefresh();
+  }
+
+  #scheduleRefresh(): void {
+    this.#refreshTimer = this.#later(OBSERVE_MS / 3, () => {
+      this.#refreshTimer = undefined;
+      const names = [...this.#names.keys()];
+      if (this.#closed || names.length === 0) return;
+      this.#observing.observe(names, OBSERVE_MS).catch(() => {});
+      this.#scheduleRefresh();
+    });
+  }
+
   #idle(): void {
     this.#idleTimer = undefined;
-    if (this.#claims.size > 0) return;
+    if (this.#needed()) return;
     const listening = this.#listening;
     this.#listening = undefined;
     void listening?.close();

@@ -22,6 +22,8 @@ export interface PostgresStatements {
   readonly inspect: string;
   readonly updateMetadata: string;
   readonly availablePermits: string;
+  readonly observe: string;
+  readonly unobserve: string;
   readonly sweep: string;
 }
 
@@ -75,6 +77,13 @@ export function postgresStatements(tablePrefix: string, schema: string | undefin
     DELETE FROM ${W} w USING now
      WHERE w.kind = '${kind}' AND w.name = $1
        AND ((w.id = $2 AND EXISTS (SELECT 1 FROM granted)) OR (w.id <> $2 AND w.expires_at <= now.t)))`;
+
+  // Observers of a lock name (watch, watchChanges, elections' observers) are rows of kind 'o' in the waiters table,
+  // one per service, naming its channel; a statement that changes the holder tells each of them, payload 'c:<name>'
+  // (no claim id contains ':'), only when something changed and only if someone observes.
+  const tellObservers = (name: string, when: string): string => `observers AS (
+    SELECT pg_notify(o.channel, 'c:' || ${name}) FROM ${W} o
+     WHERE o.kind = 'o' AND o.name = ${name} AND o.expires_at > clock_timestamp() AND ${when})`;
 
   return {
     tables: { tokens: T, leases: L, waiters: W },
@@ -161,13 +170,15 @@ export function postgresStatements(tablePrefix: string, schema: string | undefin
     UPDATE ${L} l SET next_waiter = $2, next_channel = $6::text FROM now
      WHERE l.kind = 'l' AND l.name = $1 AND l.slot = 0 AND l.expires_at > now.t
        AND EXISTS (SELECT 1 FROM unmarked)
-    RETURNING 1)
+    RETURNING 1),
+  ${tellObservers('$1', 'EXISTS (SELECT 1 FROM granted)')}
 SELECT (SELECT g.token::text FROM granted g) AS token,
        (SELECT ceil(extract(epoch FROM live.expires_at - now.t) * 1000)::text FROM live, now) AS holder_ms,
        ((EXISTS (SELECT 1 FROM free) AND NOT EXISTS (SELECT 1 FROM granted))
          OR (EXISTS (SELECT 1 FROM unmarked) AND NOT EXISTS (SELECT 1 FROM marked)))::text AS again,
        (SELECT n FROM ahead)::text AS ahead,
-       (SELECT count(*) FROM queued)::text AS queued`,
+       (SELECT count(*) FROM queued)::text AS queued,
+       (SELECT count(*) FROM observers)::text AS observers`,
 
     // Semaphore acquire, enqueue and re-check ($1-$6 as for a lock, $7 the limit). A waiter with k live waiters
     // before it takes the (k+1)-th free slot, so waiters woken together pick different slots and a caller that does
@@ -237,7 +248,8 @@ RETURNING r.i::text AS i`,
 
     // Release ($1 kind, $2 name, $3 slot, $4 owner, $5 token): deletes the row if the owner and token match (an
     // expired row of ours too, reported as not released), and wakes the first live waiter of the name with one
-    // notice to its service's channel, plus the waiter the row names (see acquireLock) if that is another one.
+    // notice to its service's channel, plus the waiter the row names (see acquireLock) if that is another one; a
+    // lock's observers are told.
     release: `WITH gone AS (
     DELETE FROM ${L} l
      WHERE l.kind = $1::"char" AND l.name = $2 AND l.slot = $3::int AND l.owner = $4 AND l.token = $5::bigint
@@ -251,8 +263,10 @@ RETURNING r.i::text AS i`,
     SELECT pg_notify(n.channel, n.id) FROM (
       SELECT h.id, h.channel FROM head h
       UNION SELECT g.next_waiter, g.next_channel FROM gone g WHERE g.next_waiter IS NOT NULL) n
-     WHERE n.channel IS NOT NULL)
-SELECT coalesce((SELECT live FROM gone), false)::text AS released, (SELECT count(*) FROM told)::text AS told`,
+     WHERE n.channel IS NOT NULL),
+  ${tellObservers('$2', `$1 = 'l' AND EXISTS (SELECT 1 FROM gone)`)}
+SELECT coalesce((SELECT live FROM gone), false)::text AS released, (SELECT count(*) FROM told)::text AS told,
+       (SELECT count(*) FROM observers)::text AS observers`,
 
     // Leave ($1 kind, $2 name, $3 claim id): the owner-checked undo of an attempt that gave up or failed. Deletes
     // its waiter row and any grant made to it, and wakes the next waiter when that freed a slot or moved it up.
@@ -267,8 +281,10 @@ SELECT coalesce((SELECT live FROM gone), false)::text AS released, (SELECT count
   told AS (
     SELECT pg_notify(h.channel, h.id) FROM head h
      WHERE h.channel IS NOT NULL
-       AND (EXISTS (SELECT 1 FROM gone) OR EXISTS (SELECT 1 FROM left_queue q WHERE q.seq < h.seq)))
-SELECT (SELECT count(*) FROM gone)::text AS gone, (SELECT count(*) FROM told)::text AS told`,
+       AND (EXISTS (SELECT 1 FROM gone) OR EXISTS (SELECT 1 FROM left_queue q WHERE q.seq < h.seq))),
+  ${tellObservers('$2', `$1 = 'l' AND EXISTS (SELECT 1 FROM gone)`)}
+SELECT (SELECT count(*) FROM gone)::text AS gone, (SELECT count(*) FROM told)::text AS told,
+       (SELECT count(*) FROM observers)::text AS observers`,
 
     // The lock's live holder (token, metadata, time left by the server's clock) and its live waiters ($1 name).
     inspect: `SELECT l.token::text AS token, l.metadata,
@@ -277,11 +293,15 @@ SELECT (SELECT count(*) FROM gone)::text AS gone, (SELECT count(*) FROM told)::t
   FROM (SELECT clock_timestamp() AS t) now
   LEFT JOIN ${L} l ON l.kind = 'l' AND l.name = $1 AND l.slot = 0 AND l.expires_at > now.t`,
 
-    // Owner-checked like a renewal; keeps the token and the expiry ($1 name, $2 owner, $3 token, $4 metadata).
-    updateMetadata: `UPDATE ${L} l SET metadata = $4
- WHERE l.kind = 'l' AND l.name = $1 AND l.slot = 0 AND l.owner = $2 AND l.token = $3::bigint
-   AND l.expires_at > clock_timestamp()
-RETURNING 1 AS ok`,
+    // Owner-checked like a renewal; keeps the token and the expiry ($1 name, $2 owner, $3 token, $4 metadata); tells
+    // the name's observers.
+    updateMetadata: `WITH updated AS (
+    UPDATE ${L} l SET metadata = $4
+     WHERE l.kind = 'l' AND l.name = $1 AND l.slot = 0 AND l.owner = $2 AND l.token = $3::bigint
+       AND l.expires_at > clock_timestamp()
+    RETURNING 1),
+  ${tellObservers('$1', 'EXISTS (SELECT 1 FROM updated)')}
+SELECT (SELECT count(*) FROM updated)::text AS updated, (SELECT count(*) FROM observers)::text AS observers`,
 
     // Free slots of a semaphore ($1 name, $2 limit), or the limit its live holders and waiters were stored with.
     availablePermits: `WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
@@ -293,6 +313,14 @@ SELECT (SELECT x.permits FROM (
            WHERE w.kind = 's' AND w.name = $1 AND w.expires_at > now.t AND w.permits IS DISTINCT FROM $2::int
         ) x LIMIT 1)::text AS stored,
        ($2::int - (SELECT count(*) FROM held WHERE slot < $2::int))::text AS free`,
+
+    // A service starts or refreshes observing lock names ($1 names, $2 its channel, $3 the rows' lease in ms).
+    observe: `INSERT INTO ${W} AS w (kind, name, id, channel, expires_at)
+SELECT 'o', n.name, $2, $2, clock_timestamp() + ${ms('$3')} FROM unnest($1::text[]) AS n(name)
+ON CONFLICT (kind, name, id) DO UPDATE SET expires_at = excluded.expires_at`,
+
+    // ... and stops ($1 name, $2 its channel).
+    unobserve: `DELETE FROM ${W} w WHERE w.kind = 'o' AND w.name = $1 AND w.id = $2`,
 
     // Rows of names nobody touches any more: expired leases and waiters, at most $1 of each per call, skipping rows
     // another statement has locked. Token rows are never deleted.
