@@ -1,4 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import {
   checkSemaphoreHistory,
@@ -44,8 +46,11 @@ export interface SoakProcess {
   readonly stderr: string;
   /** Its exit code, once it exited (null when killed by a signal). */
   readonly exited: Promise<number | null>;
-  /** The first line (already seen or to come) `match` accepts; rejects on a fatal line, an exit, or after `ms`. */
-  next<T extends SoakLine>(match: (line: SoakLine) => line is T, ms: number): Promise<T>;
+  /**
+   * The first line at index `from` or later (already seen or to come) that `match` accepts; rejects on a fatal line,
+   * an exit, or after `ms`.
+   */
+  next<T extends SoakLine>(match: (line: SoakLine) => line is T, ms: number, from?: number): Promise<T>;
   /** SIGSTOP: a GC or VM pause of the whole process. */
   freeze(): void;
   /** SIGCONT. */
@@ -67,11 +72,17 @@ export function startSoakProcess(spec: SoakWorkerSpec): SoakProcess {
   const listeners = new Set<() => void>();
   let partial = '';
   let stderr = '';
+  let fatal: SoakLine | undefined;
   child.stdout?.setEncoding('utf8').on('data', (chunk: string) => {
     partial += chunk;
     const complete = partial.split('\n');
     partial = complete.pop() ?? '';
-    for (const text of complete) if (text.trim() !== '') lines.push(JSON.parse(text) as SoakLine);
+    for (const text of complete) {
+      if (text.trim() === '') continue;
+      const line = JSON.parse(text) as SoakLine;
+      lines.push(line);
+      if (line.type === 'fatal') fatal = line;
+    }
     for (const listener of listeners) listener();
   });
   child.stderr?.setEncoding('utf8').on('data', (chunk: string) => {
@@ -98,12 +109,18 @@ export function startSoakProcess(spec: SoakWorkerSpec): SoakProcess {
       return stderr;
     },
     exited,
-    next<T extends SoakLine>(match: (line: SoakLine) => line is T, ms: number): Promise<T> {
+    next<T extends SoakLine>(match: (line: SoakLine) => line is T, ms: number, from = 0): Promise<T> {
       return new Promise<T>((resolve, reject) => {
+        // Lines already looked at are not looked at again: a soak process writes thousands.
+        let scanned = from;
+        let found: T | undefined;
         const check = (): void => {
-          const fatal = lines.find((l) => l.type === 'fatal');
-          const found = lines.find(match);
-          if (found) finish(() => resolve(found));
+          for (; found === undefined && scanned < lines.length; scanned++) {
+            const line = lines[scanned] as SoakLine;
+            if (match(line)) found = line;
+          }
+          const hit = found;
+          if (hit) finish(() => resolve(hit));
           else if (fatal) finish(() => reject(new Error(`${spec.label} failed: ${JSON.stringify(fatal)}`)));
           else if (gone) finish(() => reject(new Error(`${spec.label} exited first; stderr: ${stderr}`)));
         };
@@ -145,7 +162,10 @@ export interface SoakFaults {
 export interface SemaphoreSoakOptions {
   /** File URL or path of the backend's fixture module (default export: a SoakBackendFactory). */
   readonly factory: string;
-  readonly config: Readonly<Record<string, unknown>>;
+  /** The factory's config, or one per process (e.g. to mix a backend's modes in one run). */
+  readonly config:
+    | Readonly<Record<string, unknown>>
+    | ((process: number) => Readonly<Record<string, unknown>>);
   readonly name: string;
   readonly permits: number;
   readonly ttlMs: number;
@@ -164,6 +184,21 @@ export interface SemaphoreSoakOptions {
   readonly backendPausesMs?: readonly number[];
   /** Default 1.5 s. */
   readonly resetEveryMs?: number;
+  /**
+   * Reads the permits the server holds for the semaphore right now (each slot held and its token), through a client
+   * of the test's own; polled through the run, so that a permit no worker ever reported (an orphan) shows.
+   */
+  readonly audit?: () => Promise<readonly { readonly slot: number; readonly token: string }[]>;
+}
+
+/** A permit the audit saw on the server, and whether some worker reported holding it. */
+export interface ServerPermit {
+  readonly slot: number;
+  readonly token: string;
+  /** Machine-clock ms of the first and last poll that saw it. */
+  readonly firstSeen: number;
+  readonly lastSeen: number;
+  readonly claimed: boolean;
 }
 
 export interface SoakFault {
@@ -193,12 +228,16 @@ export interface SemaphoreSoakResult {
   /** Machine-clock ms of the first and last hold start. */
   readonly firstStart: number;
   readonly lastStart: number;
+  /** What the audit saw (empty without one), and how many of its polls answered. */
+  readonly serverPermits: readonly ServerPermit[];
+  readonly auditPolls: number;
 }
 
 /**
  * Runs `processes` soak processes of `workersPerProcess` workers each for `durationMs` while it freezes processes
  * that hold permits past their TTL, pauses the backend (shortly, then past the TTL) and resets connections; then
  * judges the history. Faults are spaced over the first 85 % of the run, so the end shows the system recovered.
+ * With `DLOCK_SOAK_DUMP=<dir>` set, every line the processes wrote and the faults go to `<dir>/<name>.jsonl`.
  */
 export async function runSemaphoreSoak(options: SemaphoreSoakOptions): Promise<SemaphoreSoakResult> {
   const {
@@ -214,7 +253,7 @@ export async function runSemaphoreSoak(options: SemaphoreSoakOptions): Promise<S
   const children = Array.from({ length: options.processes }, (_, i) =>
     startSoakProcess({
       factory: options.factory,
-      config: options.config,
+      config: typeof options.config === 'function' ? options.config(i) : options.config,
       label: `p${i}`,
       name: options.name,
       permits: options.permits,
@@ -227,23 +266,47 @@ export async function runSemaphoreSoak(options: SemaphoreSoakOptions): Promise<S
     }),
   );
   const faults: SoakFault[] = [];
+  const seen = new Map<string, { slot: number; token: string; firstSeen: number; lastSeen: number }>();
+  let auditPolls = 0;
+  let auditing = true;
+  let audited: Promise<void> = Promise.resolve();
   try {
     await Promise.all(children.map((c) => c.next((l) => l.type === 'ready', 20_000)));
     const began = machineMs();
+    const audit = options.audit;
+    if (audit) {
+      audited = (async () => {
+        while (auditing) {
+          // A paused server answers nothing: a poll gives up after a second, and the next one tries again.
+          const held = await Promise.race([
+            audit().catch(() => undefined),
+            sleep(1_000).then(() => undefined),
+          ]);
+          const now = machineMs();
+          if (held) {
+            auditPolls += 1;
+            for (const { slot, token } of held) {
+              const key = `${slot} ${token}`;
+              const entry = seen.get(key) ?? { slot, token, firstSeen: now, lastSeen: now };
+              entry.lastSeen = now;
+              seen.set(key, entry);
+            }
+          }
+          await sleep(50);
+        }
+      })();
+    }
     const tasks: Promise<void>[] = [];
     const at = (fraction: number, task: () => Promise<void>): void => {
       tasks.push(sleep(fraction * durationMs).then(task));
     };
 
-    // Freezes go to a process holding a permit right now, so each one takes permits away from a live holder.
+    // Freezes go to a process the moment it reports a new grant, so each one (nearly always) takes a permit away
+    // from a live holder; after a second without any grant, to the next process in turn.
     const freezeAt = [0.1, 0.35, 0.6, 0.78];
     freezeAt.forEach((fraction, i) => {
       at(fraction, async () => {
-        // The newest open hold is the least likely to have ended while its report was in the pipe.
-        const newest = (c: SoakProcess): number =>
-          Math.max(-1, ...[...openHolds(c.lines).values()].map((l) => l.at));
-        const holding = children.filter((c) => newest(c) >= 0).sort((a, b) => newest(b) - newest(a));
-        const target = holding[0] ?? children[i % children.length];
+        const target = (await nextGrant(children, 1_000)) ?? children[i % children.length];
         if (!target) return;
         const from = machineMs();
         target.freeze();
@@ -279,8 +342,10 @@ export async function runSemaphoreSoak(options: SemaphoreSoakOptions): Promise<S
     const left = began + durationMs + waitMs + 5_000 - machineMs();
     await Promise.race([Promise.all(children.map((c) => c.exited)), sleep(Math.max(0, left))]);
   } finally {
+    auditing = false;
     for (const child of children) child.thaw();
     await Promise.all(children.map((c) => Promise.race([c.exited, sleep(100)]).then(() => c.kill())));
+    await audited;
   }
 
   const records = children.flatMap((c) =>
@@ -288,6 +353,21 @@ export async function runSemaphoreSoak(options: SemaphoreSoakOptions): Promise<S
       .filter((l): l is Extract<SoakLine, { type: 'hold' }> => l.type === 'hold')
       .map(({ type, ...r }) => r),
   );
+  const claimed = new Set(records.map((r) => `${r.slot} ${r.token}`));
+  const serverPermits = [...seen.values()].map((p) => ({
+    ...p,
+    claimed: claimed.has(`${p.slot} ${p.token}`),
+  }));
+  const dump = process.env['DLOCK_SOAK_DUMP'];
+  if (dump) {
+    // Every line of every process, the faults and what the audit saw, for reading a run (or a failure) afterwards.
+    const lines = [
+      ...children.flatMap((c) => c.lines),
+      ...faults.map((f) => ({ type: 'fault', ...f })),
+      ...serverPermits.map((p) => ({ type: 'server-permit', ...p })),
+    ];
+    writeFileSync(join(dump, `${options.name}.jsonl`), lines.map((l) => JSON.stringify(l)).join('\n'));
+  }
   const report = checkSemaphoreHistory(records, options.permits);
   const starts = records.map((r) => r.start);
   return {
@@ -304,17 +384,18 @@ export async function runSemaphoreSoak(options: SemaphoreSoakOptions): Promise<S
     ),
     firstStart: Math.min(...starts),
     lastStart: Math.max(...starts),
+    serverPermits,
+    auditPolls,
   };
 }
 
-/** Holds a process reported acquired and not yet ended, by worker. */
-function openHolds(lines: readonly SoakLine[]): Map<number, Extract<SoakLine, { type: 'acquired' }>> {
-  const open = new Map<number, Extract<SoakLine, { type: 'acquired' }>>();
-  for (const line of lines) {
-    if (line.type === 'acquired') open.set(line.worker, line);
-    else if (line.type === 'hold') open.delete(line.worker);
-  }
-  return open;
+/** The first process to report a grant from now on, or undefined after `ms`. */
+async function nextGrant(children: readonly SoakProcess[], ms: number): Promise<SoakProcess | undefined> {
+  const seen = children.map((c) => c.lines.length);
+  const granted = children.map((c, i) =>
+    c.next((line): line is SoakLine => line.type === 'acquired', ms, seen[i]).then(() => c),
+  );
+  return Promise.any(granted).catch(() => undefined);
 }
 
 /** What the history says about one fault: who took a frozen process's slots, and when, or when grants resumed. */
@@ -458,6 +539,7 @@ export function formatSoakResult(result: SemaphoreSoakResult): string {
   const round = (ms: number | null | undefined): string =>
     ms === null || ms === undefined ? '-' : ms.toFixed(0);
   const count = (kind: SoakFault['kind']) => result.faults.filter((f) => f.kind === kind).length;
+  const unclaimed = result.serverPermits.filter((p) => !p.claimed);
   const errors = (pick: 'errors' | 'releaseErrors') => {
     const all: Record<string, number> = {};
     for (const p of result.processes)
@@ -474,6 +556,19 @@ export function formatSoakResult(result: SemaphoreSoakResult): string {
           ? `  backend paused ${round(f.to - f.from)} ms: next grant ${round(f.recoveryMs)} ms after resume`
           : `  ${f.process} frozen ${round(f.to - f.from)} ms holding slots [${f.takeoverMs?.map((t) => t.slot).join(',')}]: taken over after [${f.takeoverMs?.map((t) => round(t.ms)).join(',')}] ms`,
       ),
+    ...(result.auditPolls > 0
+      ? [
+          `audit: ${result.auditPolls} polls saw ${result.serverPermits.length} permits on the server, ${unclaimed.length} never reported by a worker${unclaimed.length > 0 ? ` (longest seen ${round(Math.max(...unclaimed.map((p) => p.lastSeen - p.firstSeen)))} ms)` : ''}`,
+        ]
+      : []),
     `acquire errors ${errors('errors')}, release errors ${errors('releaseErrors')}, exit codes ${result.processes.map((p) => p.code).join(',')}`,
   ].join('\n');
+}
+
+/**
+ * Permits the audit saw on the server for longer than `ms` that no worker ever reported holding: orphans (a grant
+ * whose caller gave up must be given back, a lost reply undone, within the client's operation timeout).
+ */
+export function orphanPermits(result: SemaphoreSoakResult, ms: number): readonly ServerPermit[] {
+  return result.serverPermits.filter((p) => !p.claimed && p.lastSeen - p.firstSeen > ms);
 }
