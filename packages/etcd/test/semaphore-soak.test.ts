@@ -1,0 +1,169 @@
+import { fileURLToPath } from 'node:url';
+import { LockClient } from '@dlock/core';
+import {
+  abandonWaiters,
+  describeViolation,
+  type EtcdCluster,
+  formatSoakResult,
+  measureKilledPermitsReturn,
+  orphanPermits,
+  runSemaphoreSoak,
+  startEtcdCluster,
+  startTcpProxy,
+  type TcpProxy,
+  uniqueName,
+} from '@dlock/test-utils';
+import { Etcd3 } from 'etcd3';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { EtcdLockService } from '../src/index.js';
+import { escapeName } from '../src/keys.js';
+import { waitUntil } from './helpers.js';
+import { queuedKeys, semaphoreKeys } from './semaphore-helpers.js';
+
+// Issue 15's soak: N = 3 permits, 12 workers in 4 processes (the built package, fixtures/semaphore-soak-backend.mjs;
+// two in session mode, two with a lease per permit) for 20 s on a private one-member etcd reached through a TCP
+// proxy, while a holding process is frozen past its TTL, etcd is paused (1 s, then 3 s) and every connection is
+// reset each 1.5 s. The history of holds is judged by @dlock/test-utils' checker over open validity windows. etcd
+// leases are whole seconds, at least 2 s.
+const FACTORY = fileURLToPath(new URL('./fixtures/semaphore-soak-backend.mjs', import.meta.url));
+const PREFIX = 'soak/';
+const PERMITS = 3;
+const TTL_MS = 2_000;
+const REQUEST_TIMEOUT_MS = 1_000;
+
+let cluster: EtcdCluster;
+let etcd: Etcd3;
+beforeAll(async () => {
+  cluster = await startEtcdCluster({ size: 1 });
+  etcd = new Etcd3({ hosts: cluster.endpoints[0] as string });
+}, 60_000);
+afterAll(async () => {
+  etcd?.close();
+  await cluster?.stop();
+});
+
+const member = () => cluster.members[0] as EtcdCluster['members'][number];
+
+describe('semaphore soak (etcd)', () => {
+  it('never has more than N open windows, nor two on one slot, and every slot’s tokens rise', {
+    timeout: 40_000,
+  }, async () => {
+    let proxy: TcpProxy | undefined;
+    try {
+      proxy = await startTcpProxy({ targetPort: member().clientPort });
+      const endpoint = `http://127.0.0.1:${proxy.port}`;
+      const reset = proxy.resetAll.bind(proxy);
+      const name = uniqueName('soak');
+      const result = await runSemaphoreSoak({
+        factory: FACTORY,
+        // Both lease modes, each with etcd3's default circuit breaker (shut 5 s after 3 failures in a row) and
+        // without it: behind the breaker a process sits out most of the run, which tests little.
+        config: (i) => ({
+          endpoint,
+          keyPrefix: PREFIX,
+          session: i % 2 === 0,
+          requestTimeoutMs: REQUEST_TIMEOUT_MS,
+          breaker: i < 2,
+        }),
+        name,
+        permits: PERMITS,
+        ttlMs: TTL_MS,
+        processes: 4,
+        workersPerProcess: 3,
+        durationMs: 20_000,
+        faults: {
+          backend: { pause: () => member().process.pause(), resume: () => member().process.resume() },
+          resetConnections: reset,
+        },
+        // A slot key's create revision is its holder's fencing token.
+        audit: async () => {
+          const kvs = (
+            await etcd
+              .getAll()
+              .prefix(`${PREFIX}%sem/${escapeName(name)}/`)
+              .exec()
+          ).kvs;
+          return kvs.flatMap((kv) => {
+            const slot = /\/s\/(\d+)$/.exec(kv.key.toString())?.[1];
+            return slot === undefined ? [] : [{ slot: Number(slot), token: String(kv.create_revision) }];
+          });
+        },
+      });
+      console.log(`etcd semaphore soak\n${formatSoakResult(result)}`);
+      expect(result.report.violations.map(describeViolation)).toEqual([]);
+      expect(result.report.maxOpen).toBeLessThanOrEqual(PERMITS);
+      // A grant nobody took is given back within the client's operation timeout (5 s by default) and a bit.
+      expect(orphanPermits(result, 6_000)).toEqual([]);
+      expect(result.auditPolls).toBeGreaterThan(50);
+      expect(result.processes.map((p) => p.code)).toEqual([0, 0, 0, 0]);
+      // Each reset costs a process its gRPC channel for about a second (etcd3's breaker, where on, 5 s), and each
+      // freeze or pause idles the slots for a lease: 110-160 holds.
+      expect(result.report.holds).toBeGreaterThan(60);
+      expect(result.report.lost).toBeGreaterThan(0);
+      expect(result.faults.filter((f) => f.kind === 'freeze-process')).toHaveLength(4);
+      expect(result.faults.filter((f) => f.kind === 'pause-backend')).toHaveLength(2);
+      const lastFault = Math.max(...result.faults.map((f) => f.to));
+      expect(result.records.some((r) => r.start > lastFault)).toBe(true);
+    } finally {
+      member().process.resume();
+      await proxy?.close();
+    }
+  });
+
+  for (const session of [false, true]) {
+    it(`gives a killed process’s permits to a waiting process within TTL + 1 s (${session ? 'session mode' : 'a lease per permit'})`, {
+      timeout: 40_000,
+    }, async () => {
+      const { slots } = await measureKilledPermitsReturn({
+        factory: FACTORY,
+        config: {
+          endpoint: member().endpoint,
+          keyPrefix: PREFIX,
+          session,
+          requestTimeoutMs: REQUEST_TIMEOUT_MS,
+        },
+        name: uniqueName('killed'),
+        permits: PERMITS,
+        ttlMs: TTL_MS,
+        maxMs: TTL_MS + 3_000,
+      });
+      console.log(
+        `etcd (${session ? 'session' : 'per permit'}): permits of a SIGKILLed process back after ${slots.map((s) => s.ms?.toFixed(0)).join(', ')} ms`,
+      );
+      expect(slots.map((s) => s.slot)).toEqual([0, 1, 2]);
+      for (const { ms } of slots) expect(ms).not.toBeNull();
+      for (const { ms } of slots) expect(ms).toBeLessThanOrEqual(TTL_MS + 1_000);
+    });
+  }
+
+  it('leaves nothing behind after 200 aborted and timed-out waiters', { timeout: 40_000 }, async () => {
+    const service = new EtcdLockService({
+      client: etcd,
+      keyPrefix: PREFIX,
+      requestTimeoutMs: REQUEST_TIMEOUT_MS,
+    });
+    const client = new LockClient(service);
+    try {
+      const name = uniqueName('abandoned');
+      const outcome = await abandonWaiters(client, { name, permits: PERMITS, ttlMs: TTL_MS, count: 200 });
+      expect(outcome).toMatchObject({ granted: 0, otherErrors: {} });
+      expect(outcome.aborted + outcome.timedOut).toBe(200);
+      const held = async () =>
+        Object.keys(await semaphoreKeys(etcd, PREFIX, name)).filter((k) => /\/s\/\d+$/.test(k));
+      // Whatever a waiter's leave could not do at once is done in the background, within a moment.
+      const queueEmpty = async () => (await queuedKeys(etcd, PREFIX, name)).length === 0;
+      expect(await waitUntil(queueEmpty, 2_000)).toBe(true);
+      expect(await held()).toHaveLength(PERMITS);
+      for (const holder of outcome.holders) await holder.release();
+      expect(await waitUntil(async () => (await held()).length === 0, 2_000)).toBe(true);
+      expect(await semaphoreKeys(etcd, PREFIX, name)).toEqual({});
+      expect(await client.semaphore(name, { permits: PERMITS, ttlMs: TTL_MS }).available()).toBe(PERMITS);
+      console.log(
+        `etcd: 200 abandoned waiters (${outcome.aborted} aborted, ${outcome.timedOut} timed out); no key left`,
+      );
+    } finally {
+      await client.close();
+      await service.close();
+    }
+  });
+});
