@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { AcquireRequest, Grant, Lease, PermitRequest, RenewRequest, RenewResult } from '@dlock/core';
-import { PermitsMismatchError, TransportError } from '@dlock/core';
+import { InvalidArgumentError, PermitsMismatchError, TransportError } from '@dlock/core';
 import {
   type BackgroundRetries,
   type QueueDriver,
@@ -940,6 +940,7 @@ function innerOf(response: TxnResponseLike): TxnResponseLike {
 
 function asPermitRequest(request: AcquireRequest): PermitRequest {
   const permits = (request as Partial<PermitRequest>).permits;
-  if (typeof permits !== 'number') throw new TransportError('etcd: a permit was asked for without a limit');
+  if (typeof permits !== 'number')
+    throw new InvalidArgumentError('request.permits', 'is required for a permit');
   return request as PermitRequest;
 }

@@ -154,6 +154,11 @@ for (const session of [false, true]) {
       const holders = [setup(session).locks, setup(session).locks];
       const pools = holders.map((client) => client.semaphore(name, { permits: 1, ttlMs: TTL_MS }));
       const held = await pools[0]!.acquire();
+      const watcher = await etcd.watch().prefix(`${TEST_PREFIX}%sem/${name}/1/q/`).create();
+      let queuePuts = 0;
+      watcher.on('put', () => {
+        queuePuts += 1;
+      });
       const attempts: Promise<unknown>[] = [];
       for (let i = 0; i < 200; i++) {
         const pool = pools[i % 2]!;
@@ -166,18 +171,10 @@ for (const session of [false, true]) {
           attempts.push(rejection(pool.acquire({ waitMs: delayMs })));
         }
       }
-      // They did queue: etcd held many of their keys at once.
-      let settled = false;
-      let mostQueued = 0;
-      const sampling = (async () => {
-        while (!settled) {
-          mostQueued = Math.max(mostQueued, (await queuedKeys(etcd, TEST_PREFIX, name)).length);
-        }
-      })();
       const outcomes = await Promise.all(attempts);
-      settled = true;
-      await sampling;
-      expect(mostQueued).toBeGreaterThanOrEqual(10);
+      // They did queue: etcd saw their queue keys written.
+      expect(await waitUntil(() => queuePuts >= 100, 2_000)).toBe(true);
+      await watcher.cancel();
       expect(outcomes.every((outcome) => outcome instanceof Error)).toBe(true);
       // Only the holder's slot key is left (leaving is immediate; background retries get 2 s).
       const onlyHolder = async () => Object.keys(await semaphoreKeys(etcd, TEST_PREFIX, name)).length === 1;
