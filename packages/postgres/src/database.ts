@@ -130,7 +130,15 @@ export class Database {
     }
     const factory = this.#listen;
     const own = typeof factory === 'function';
-    const client = own ? await factory() : await pool.connect();
+    // Bounded like a statement: an exhausted pool would otherwise keep this waiting (and the service not listening)
+    // for as long as the pool's own connection timeout, which is none by default.
+    const client = await boundedCall(() => (typeof factory === 'function' ? factory() : pool.connect()), {
+      deadlines: this.deadlines,
+      clock: this.clock,
+      timeoutMs: this.timeoutMs,
+      what: 'PostgreSQL listening connection',
+      onLate: (late) => dispose(late, own, true),
+    });
     let closed = false;
     const onNotification = (message: PgNotificationLike): void => {
       if (message.channel === channel && message.payload !== undefined) handlers.onNotice(message.payload);

@@ -25,6 +25,11 @@ const FALLBACK_MAX_MS = 1_000;
 const CLEANUP_TRY_MS = 1_000;
 /** Renewals per statement: one statement for a thousand leases, none large enough to stall the server. */
 const RENEW_CHUNK = 1_000;
+/**
+ * Attempts of a caller that does not queue, when its statement saw a free slot but lost it to a concurrent one:
+ * another slot may still be free, and without a place in the queue nobody would tell it.
+ */
+const RACE_RETRIES = 8;
 
 /** Which rows a call works on: a lock (kind `l`, slot 0), or a semaphore's slots (kind `s`) under a limit. */
 export type Target = { readonly kind: 'l' } | { readonly kind: 's'; readonly permits: number };
@@ -131,9 +136,17 @@ export class PostgresProtocol implements QueueDriver<Claim, Wait> {
     };
   }
 
-  /** The acquire statement: grants a free name, or places the claim in the queue (when it waits). */
-  enqueue(claim: Claim): Promise<Standing<Wait>> {
-    return this.#acquire(claim);
+  /**
+   * The acquire statement: grants a free name, or places the claim in the queue (when it waits). A caller that does
+   * not queue and lost a free slot to a concurrent statement tries again at once, a few times: several concurrent
+   * `tryAcquire`s of a semaphore with slots free all see the same lowest free slot.
+   */
+  async enqueue(claim: Claim): Promise<Standing<Wait>> {
+    let standing = await this.#acquire(claim);
+    for (let i = 0; !claim.queue && standing === LOOK_AGAIN && i < RACE_RETRIES; i++) {
+      standing = await this.#acquire(claim);
+    }
+    return standing;
   }
 
   /** The acquire statement again, with the same id: it keeps the claim's place and refreshes its row's expiry. */

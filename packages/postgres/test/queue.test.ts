@@ -174,11 +174,11 @@ describe("a semaphore's queue", () => {
 describe('undo', () => {
   it('a grant whose reply is lost in transit is given back once the statement settles', async () => {
     let delayMs = 0;
+    // The acquire statement reaches the server only after the caller gave up on it, and then commits its grant.
     const slow = {
       query: async (text: string, values?: unknown[]) => {
-        const result = await pool.query(text, values);
         if (delayMs > 0 && text.startsWith('WITH now')) await sleep(delayMs);
-        return result;
+        return pool.query(text, values);
       },
       connect: () => pool.connect(),
     } as unknown as pg.Pool;
@@ -189,8 +189,12 @@ describe('undo', () => {
       .catch((error: unknown) => error);
     expect(lost).toBeInstanceOf(TransportError);
     delayMs = 0;
-    // The grant landed; the background leave removes it after the reply finally arrives (no 30 s wait).
-    expect(await rowsOf('leases', 'lost-reply')).toBe(1);
+    // The grant lands after the call failed; the background leave, retried until that statement settled, removes
+    // it (not the 30 s lease).
+    const minted = async () =>
+      (await pool.query(`SELECT 1 FROM "${schema}".dlock_tokens WHERE name = 'lost-reply'`)).rows.length ===
+      1;
+    expect(await until(minted, 2_000)).toBe(true);
     expect(await until(async () => (await rowsOf('leases', 'lost-reply')) === 0, 3_000)).toBe(true);
     const other = new PostgresLockService({ pool, schema, listen: false });
     const request = { name: 'lost-reply', ownerId: 'p', ttlMs: 5_000, waitMs: 0, signal };
