@@ -530,7 +530,7 @@ export class EtcdSemaphoreProtocol implements QueueDriver<PermitClaim, PermitWai
     const { layout, queueKey, value, request } = claim;
     const queue = waiters !== undefined;
     const hintKey = hintKeyOf(layout);
-    let guess = this.#hints.guess(hintKey, layout.permits);
+    let guess = this.#hints.guess(hintKey, layout.permits, this.#requests.clock.monotonic());
     for (let tries = 1; ; tries++) {
       const slot = guess;
       const key = slotKey(layout, slot);
@@ -587,10 +587,11 @@ export class EtcdSemaphoreProtocol implements QueueDriver<PermitClaim, PermitWai
           sentAt,
           revision: BigInt(response.header.revision),
           predecessor: newest[1]?.key,
-          free: lowestFree(layout, rangeKvs(inner, 4)),
+          free: this.#freeIn(layout, rangeKvs(inner, 4)),
         };
       }
-      const free = rangeKvs(inner, 0).length > 0 ? undefined : lowestFree(layout, rangeKvs(inner, 1));
+      const free = this.#freeIn(layout, rangeKvs(inner, 1));
+      if (rangeKvs(inner, 0).length > 0) return { kind: 'refused', sentAt, free: undefined };
       if (free === undefined || tries >= SLOT_TRIES || request.signal.aborted) {
         return { kind: 'refused', sentAt, free };
       }
@@ -642,7 +643,7 @@ export class EtcdSemaphoreProtocol implements QueueDriver<PermitClaim, PermitWai
       if (response.succeeded) return this.#grant(claim, lease);
       const own = rangeKvs(response, 0)[0];
       if (own === undefined || BigInt(own.create_revision) !== claim.queueRevision) return GONE;
-      const free = lowestFree(layout, rangeKvs(response, 1));
+      const free = this.#freeIn(layout, rangeKvs(response, 1));
       if (free === undefined)
         return this.#behind(claim, { slotsFrom: BigInt(response.header.revision) + 1n });
       if (tries >= SLOT_TRIES) return PAUSE;
@@ -700,9 +701,21 @@ export class EtcdSemaphoreProtocol implements QueueDriver<PermitClaim, PermitWai
       const predecessor = rangeKvs(response, 1)[0]?.key;
       return predecessor ? this.#behind(claim, { predecessor, fromRevision: revision + 1n }) : PAUSE;
     }
-    const free = lowestFree(layout, rangeKvs(response, 1));
+    const free = this.#freeIn(layout, rangeKvs(response, 1));
     if (free === undefined) return this.#behind(claim, { slotsFrom: revision + 1n });
     return this.#promote(claim, free);
+  }
+
+  /** The lowest slot a read of the slot keys shows free; what it shows taken is the next guess's hint. */
+  #freeIn(layout: SemaphoreLayout, kvs: readonly KeyValueLike[]): number | undefined {
+    const taken = new Set<number>();
+    for (const kv of kvs) {
+      const slot = slotOf(layout, kv.key);
+      if (slot !== undefined) taken.add(slot);
+    }
+    this.#hints.saw(hintKeyOf(layout), taken, this.#requests.clock.monotonic());
+    for (let slot = 0; slot < layout.permits; slot++) if (!taken.has(slot)) return slot;
+    return undefined;
   }
 
   /** A write of the claim's keys: `writing` is set until etcd answers, even after core gave up on it. */
@@ -872,20 +885,47 @@ export class EtcdSemaphoreProtocol implements QueueDriver<PermitClaim, PermitWai
   }
 }
 
+/** How long a read's view of the taken slots steers the next guess: other holders come and go. */
+const SEEN_MS = 1_000;
+/** Semaphores whose last read is remembered, at most (the oldest is forgotten first). */
+const SEEN_MAX = 1_000;
+
 /**
- * Slots this service holds or is trying, per semaphore and limit, counted (a slot can be both tried by one claim
- * and, for a moment, held by another). Only a guess at a free slot: a wrong one costs the uncontended path a
- * second transaction, never correctness.
+ * Where to try first: slots this service holds or is trying (counted: a slot can be tried by one claim and, for a
+ * moment, held by another), and the slots the last read of the semaphore's slot keys showed taken, for a second.
+ * Only a guess at a free slot: a wrong one costs the uncontended path a second transaction, never correctness.
  */
 class SlotHints {
   readonly #used = new Map<string, Map<number, number>>();
+  readonly #seen = new Map<string, { readonly taken: ReadonlySet<number>; readonly at: number }>();
 
-  /** The lowest slot this service neither holds nor tries; slot 0 when it uses them all. */
-  guess(key: string, permits: number): number {
+  /**
+   * The lowest slot neither used here nor seen taken within the last second; else the lowest not used here; slot 0
+   * when this service uses them all.
+   */
+  guess(key: string, permits: number, now: number): number {
     const used = this.#used.get(key);
-    if (!used) return 0;
-    for (let slot = 0; slot < permits; slot++) if (!used.has(slot)) return slot;
-    return 0;
+    let seen = this.#seen.get(key);
+    if (seen && now - seen.at > SEEN_MS) {
+      this.#seen.delete(key);
+      seen = undefined;
+    }
+    let fallback: number | undefined;
+    for (let slot = 0; slot < permits; slot++) {
+      if (used?.has(slot)) continue;
+      if (!seen?.taken.has(slot)) return slot;
+      fallback ??= slot;
+    }
+    return fallback ?? 0;
+  }
+
+  saw(key: string, taken: ReadonlySet<number>, at: number): void {
+    this.#seen.delete(key);
+    this.#seen.set(key, { taken, at });
+    if (this.#seen.size > SEEN_MAX) {
+      const oldest = this.#seen.keys().next().value;
+      if (oldest !== undefined) this.#seen.delete(oldest);
+    }
   }
 
   add(key: string, slot: number): void {
@@ -909,17 +949,6 @@ class SlotHints {
 
 function hintKeyOf(layout: SemaphoreLayout): string {
   return `${layout.permits}/${escapeName(layout.name)}`;
-}
-
-/** The lowest slot no key in `kvs` (a read of the slot keys) holds. */
-function lowestFree(layout: SemaphoreLayout, kvs: readonly KeyValueLike[]): number | undefined {
-  const taken = new Set<number>();
-  for (const kv of kvs) {
-    const slot = slotOf(layout, kv.key);
-    if (slot !== undefined) taken.add(slot);
-  }
-  for (let slot = 0; slot < layout.permits; slot++) if (!taken.has(slot)) return slot;
-  return undefined;
 }
 
 function guardedDelete(key: Buffer, guard: CompareLike | undefined): RequestOpLike {

@@ -313,5 +313,23 @@ describe('requests per uncontended permit', () => {
       else expect([per('enqueue'), per('remove'), per('grant'), per('revoke')]).toEqual([1, 0, 1, 1]);
       expect(per('recheck')).toBe(0);
     });
+
+    it(`tries first a slot the last read showed free (${session ? 'session mode' : 'a lease per lock'})`, async () => {
+      const name = lockName('sem-guess');
+      const elsewhere = await setup(session).locks.semaphore(name, { permits: 2, ttlMs: TTL_MS }).acquire();
+      expect(elsewhere.slot).toBe(0);
+      const { client, counts } = countingClient(etcd);
+      const pool = setup(session, client).locks.semaphore(name, { permits: 2, ttlMs: TTL_MS });
+      // Slot 0 is taken by another service: the first guess misses, and the answer shows slot 1 free.
+      const first = await pool.acquire();
+      expect(first.slot).toBe(1);
+      expect(counts.enqueue).toBe(2);
+      await first.release();
+      const second = await pool.acquire();
+      expect(second.slot).toBe(1);
+      expect(counts.enqueue).toBe(3);
+      await second.release();
+      await elsewhere.release();
+    });
   }
 });
