@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { Clock } from '@dlock/core';
 import { boundedCall, CallDeadlines } from '@dlock/core/adapter';
 import {
@@ -6,6 +7,7 @@ import {
   type PgListenClientLike,
   type PgNotificationLike,
   type PgPoolLike,
+  type PgQueryResultLike,
 } from './client-like.js';
 import { transportError } from './errors.js';
 
@@ -24,6 +26,13 @@ export interface QueryOptions {
    * the call was given up before: until then it may still commit.
    */
   readonly onSettled?: () => void;
+}
+
+/** A named statement for pg's `query(config)`. */
+interface PgQueryConfigLike {
+  readonly name: string;
+  readonly text: string;
+  readonly values: unknown[];
 }
 
 /** The one connection a service listens on, while it listens. */
@@ -47,6 +56,8 @@ export class Database {
   readonly deadlines: CallDeadlines;
   readonly #pool: PgPoolLike | PGliteLike;
   readonly #listen: boolean | (() => Promise<PgListenClientLike>);
+  /** Statement names by text, when statements are prepared (named) per connection. */
+  readonly #names: Map<string, string> | undefined;
   #statements = 0;
 
   constructor(
@@ -54,9 +65,11 @@ export class Database {
     listen: boolean | (() => Promise<PgListenClientLike>),
     clock: Clock,
     timeoutMs: number,
+    prepared = false,
   ) {
     this.#pool = pool;
     this.#listen = listen;
+    this.#names = prepared && !isPGlite(pool) ? new Map() : undefined;
     this.clock = clock;
     this.timeoutMs = timeoutMs;
     this.deadlines = new CallDeadlines(clock);
@@ -84,7 +97,7 @@ export class Database {
     const { onSettled } = options;
     return boundedCall(
       () => {
-        const sent = this.#pool.query(text, values as unknown[]);
+        const sent = this.#send(text, values);
         if (onSettled) sent.then(onSettled, onSettled);
         return sent.then(
           (result) => result.rows as readonly Row[],
@@ -102,6 +115,21 @@ export class Database {
         ...(options.onLate ? { onLate: options.onLate } : {}),
       },
     );
+  }
+
+  #send(text: string, values: readonly unknown[]): Promise<PgQueryResultLike> {
+    const names = this.#names;
+    if (!names) return this.#pool.query(text, values as unknown[]);
+    let name = names.get(text);
+    if (name === undefined) {
+      // Named by a hash of the text: two services with other tables on one pool never reuse a name for another text.
+      name = `dlock_${createHash('sha1').update(text).digest('hex').slice(0, 16)}`;
+      names.set(text, name);
+    }
+    // pg's query also takes a config object; with a name it is a prepared statement, parsed and planned once per
+    // connection.
+    const query = this.#pool.query as unknown as (config: PgQueryConfigLike) => Promise<PgQueryResultLike>;
+    return query.call(this.#pool, { name, text, values: values as unknown[] });
   }
 
   /** Several statements without parameters, as one implicit transaction (the simple query protocol). */

@@ -29,8 +29,10 @@ describe('resolveOptions', () => {
       schema: undefined,
       tablePrefix: 'dlock_',
       listen: true,
+      preparedStatements: false,
       requestTimeoutMs: 3_000,
     });
+    expect(resolveOptions({ pool, preparedStatements: true }).preparedStatements).toBe(true);
     expect(resolveOptions({ pool: pglite }).pool).toBe(pglite);
     const factory = async () => ({}) as never;
     expect(resolveOptions({ pool, listen: factory }).listen).toBe(factory);
@@ -52,6 +54,7 @@ describe('resolveOptions', () => {
     [{ pool, tablePrefix: 'x'.repeat(57) }, 'options.tablePrefix'],
     [{ pool, tablePrefix: 7 }, 'options.tablePrefix'],
     [{ pool, listen: 'yes' }, 'options.listen'],
+    [{ pool, preparedStatements: 1 }, 'options.preparedStatements'],
     [{ pool, requestTimeoutMs: 0 }, 'options.requestTimeoutMs'],
     [{ pool, requestTimeoutMs: 1.5 }, 'options.requestTimeoutMs'],
     [{ pool, requestTimeoutMs: Number.NaN }, 'options.requestTimeoutMs'],

@@ -24,6 +24,13 @@ export interface PostgresLockServiceOptions {
    * service ends it when done. `false`: no notices; waiters look again on a backoff. Never needed for correctness.
    */
   readonly listen?: boolean | (() => Promise<PgListenClientLike>);
+  /**
+   * Send the statements as named prepared statements (pg only; PGlite ignores it), parsed and planned once per
+   * connection instead of at every call: several times less server CPU per statement. Default `false`, because a
+   * prepared statement lives in the server connection: use it on direct connections, or behind PgBouncer 1.21+ with
+   * `max_prepared_statements` set; an older transaction-pooling proxy fails such statements.
+   */
+  readonly preparedStatements?: boolean;
   /** Upper bound on each statement, in ms. Default 3000. Keep it below the `LockClient`'s `operationTimeoutMs`. */
   readonly requestTimeoutMs?: number;
   /** Where the service reads time and sleeps (deadlines, waits, backoff). Default `systemClock`. */
@@ -35,12 +42,21 @@ export interface ResolvedOptions {
   readonly schema: string | undefined;
   readonly tablePrefix: string;
   readonly listen: boolean | (() => Promise<PgListenClientLike>);
+  readonly preparedStatements: boolean;
   readonly requestTimeoutMs: number;
   /** Undefined: `systemClock`. */
   readonly clock?: Clock;
 }
 
-const OPTION_KEYS = ['pool', 'schema', 'tablePrefix', 'listen', 'requestTimeoutMs', 'clock'] as const;
+const OPTION_KEYS = [
+  'pool',
+  'schema',
+  'tablePrefix',
+  'listen',
+  'preparedStatements',
+  'requestTimeoutMs',
+  'clock',
+] as const;
 const CLOCK_METHODS = ['now', 'monotonic', 'sleep', 'random'] as const;
 
 const isObject = (value: unknown): value is Record<string, unknown> =>
@@ -82,6 +98,10 @@ export function resolveOptions(options: unknown): ResolvedOptions {
       'must be a boolean or a function returning a connection',
     );
   }
+  const prepared = options['preparedStatements'] ?? false;
+  if (typeof prepared !== 'boolean') {
+    throw new InvalidArgumentError('options.preparedStatements', 'must be a boolean');
+  }
   const clock = options['clock'];
   if (
     clock !== undefined &&
@@ -95,6 +115,7 @@ export function resolveOptions(options: unknown): ResolvedOptions {
     schema,
     tablePrefix,
     listen: listen as ResolvedOptions['listen'],
+    preparedStatements: prepared,
     requestTimeoutMs:
       timeout === undefined ? 3_000 : positiveInt(timeout, 'options.requestTimeoutMs', 600_000),
     ...(clock === undefined ? {} : { clock: clock as unknown as Clock }),

@@ -67,7 +67,13 @@ export class PostgresLockService implements LockService {
   constructor(options: PostgresLockServiceOptions) {
     const resolved = resolveOptions(options);
     const clock = resolved.clock ?? systemClock;
-    this.#db = new Database(resolved.pool, resolved.listen, clock, resolved.requestTimeoutMs);
+    this.#db = new Database(
+      resolved.pool,
+      resolved.listen,
+      clock,
+      resolved.requestTimeoutMs,
+      resolved.preparedStatements,
+    );
     this.#sql = postgresStatements(resolved.tablePrefix, resolved.schema);
     const db = this.#db;
     const sql = this.#sql;

@@ -30,3 +30,12 @@ lockServiceContract('PostgresLockService (PostgreSQL 15, pg.Pool)', subject, {
 });
 
 electionContract('PostgresLockService (PostgreSQL 15, pg.Pool)', subject, { ttlMs: 2_000, fifo: true });
+
+lockServiceContract(
+  'PostgresLockService (PostgreSQL 15, pg.Pool, prepared statements)',
+  () => {
+    const service = new PostgresLockService({ pool, schema, preparedStatements: true });
+    return { service, close: () => service.close() };
+  },
+  { ttlMs: 500, expirySlackMs: 100, fifo: true, closeService },
+);

@@ -19,9 +19,11 @@ afterAll(async () => {
 function countingPool(real: pg.Pool): { pool: pg.Pool; sent: string[] } {
   const sent: string[] = [];
   const counting = {
-    query: (text: string, values?: unknown[]) => {
+    // A string, or a named statement's config ({ name, text, values }) with preparedStatements.
+    query: (query: string | pg.QueryConfig, values?: unknown[]) => {
+      const text = typeof query === 'string' ? query : query.text;
       sent.push(text.slice(0, 40).replace(/\s+/g, ' '));
-      return real.query(text, values);
+      return typeof query === 'string' ? real.query(query, values) : real.query(query);
     },
     connect: () => real.connect(),
   };
@@ -36,19 +38,22 @@ async function cycles(client: LockClient, n: number, waitMs: number): Promise<vo
 }
 
 describe('statements per operation (counted at the pool)', () => {
-  it('uncontended acquire + release: one statement each, with or without a wait budget', async () => {
-    const { pool: counting, sent } = countingPool(pool);
-    const service = new PostgresLockService({ pool: counting, schema });
-    const client = new LockClient(service);
-    await cycles(client, 20, 0);
-    expect(sent.length).toBe(40);
-    sent.length = 0;
-    await cycles(client, 20, 5_000);
-    expect(sent.length).toBe(40);
-    expect(service.statements).toBe(80);
-    await client.close();
-    await service.close();
-  });
+  it.each([false, true])(
+    'uncontended acquire + release: one statement each, with or without a wait budget (prepared: %s)',
+    async (preparedStatements) => {
+      const { pool: counting, sent } = countingPool(pool);
+      const service = new PostgresLockService({ pool: counting, schema, preparedStatements });
+      const client = new LockClient(service);
+      await cycles(client, 20, 0);
+      expect(sent.length).toBe(40);
+      sent.length = 0;
+      await cycles(client, 20, 5_000);
+      expect(sent.length).toBe(40);
+      expect(service.statements).toBe(80);
+      await client.close();
+      await service.close();
+    },
+  );
 
   it('a refused tryAcquire is one statement; a permit is one statement to take and one to give back', async () => {
     const { pool: counting, sent } = countingPool(pool);
