@@ -251,7 +251,12 @@ export class PostgresProtocol implements QueueDriver<Claim, Wait> {
     const { request, target } = claim;
     const { signal } = request;
     if (signal.aborted) throw signal.reason;
-    const waiterLeaseMs = claim.queue ? this.waiterLeaseMs(request) : 0;
+    const clock = this.#db.clock;
+    // A waiter row need not outlive its wait: a crashed waiter with little wait left blocks the queue no longer.
+    const waitLeft = claim.startedAt + request.waitMs - clock.monotonic();
+    const waiterLeaseMs = claim.queue
+      ? Math.max(1, Math.min(this.waiterLeaseMs(request), Math.ceil(waitLeft) + this.#db.timeoutMs))
+      : 0;
     const values: unknown[] = [
       request.name,
       claim.id,
@@ -261,7 +266,6 @@ export class PostgresProtocol implements QueueDriver<Claim, Wait> {
       claim.queue ? this.#watch.channel : null,
     ];
     if (target.kind === 's') values.push(target.permits);
-    const clock = this.#db.clock;
     const sentAt = clock.monotonic();
     // From here until it settles, the statement may grant or queue: leave must run, and wait for it.
     claim.placed = true;
