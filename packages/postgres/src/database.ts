@@ -37,6 +37,8 @@ interface PgQueryConfigLike {
 
 /** The one connection a service listens on, while it listens. */
 export interface Listening {
+  /** One bounded round trip on the listening connection: rejects when it no longer answers (a half-open socket). */
+  ping(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -154,7 +156,7 @@ export class Database {
     const pool = this.#pool;
     if (isPGlite(pool)) {
       const unlisten = await pool.listen(channel, (payload) => handlers.onNotice(payload));
-      return { close: () => unlisten().catch(() => undefined) };
+      return { ping: async () => {}, close: () => unlisten().catch(() => undefined) };
     }
     const factory = this.#listen;
     const own = typeof factory === 'function';
@@ -202,6 +204,14 @@ export class Database {
       throw transportError('listen', error);
     }
     return {
+      ping: async () => {
+        await boundedCall(() => client.query('SELECT 1'), {
+          deadlines: this.deadlines,
+          clock: this.clock,
+          timeoutMs: this.timeoutMs,
+          what: 'PostgreSQL listening connection check',
+        });
+      },
       close: async () => {
         if (closed) return;
         closed = true;

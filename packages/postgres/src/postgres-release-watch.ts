@@ -7,6 +7,11 @@ import type { Database, Listening } from './database.js';
 const IDLE_CLOSE_MS = 2_000;
 /** An observer row lives this long unless refreshed; the service refreshes its rows every third of it. */
 const OBSERVE_MS = 60_000;
+/**
+ * While listening, the connection is asked a `SELECT 1` this often: a socket to a paused or cut-off server stays
+ * open without an error, and notices would stop without a word.
+ */
+const PING_MS = 10_000;
 const MIN_BACKOFF_MS = 50;
 const MAX_BACKOFF_MS = 2_000;
 
@@ -45,6 +50,7 @@ export class PostgresReleaseWatch {
 
   readonly #observing: Observing;
   #refreshTimer: AbortController | undefined;
+  #pingTimer: AbortController | undefined;
 
   constructor(db: Database, clock: Clock, observing: Observing) {
     this.#db = db;
@@ -109,6 +115,7 @@ export class PostgresReleaseWatch {
     this.#idleTimer = cancel(this.#idleTimer);
     this.#retryTimer = cancel(this.#retryTimer);
     this.#refreshTimer = cancel(this.#refreshTimer);
+    this.#pingTimer = cancel(this.#pingTimer);
     const observed = [...this.#names.keys()];
     this.#names.clear();
     if (this.#db.canListen) {
@@ -143,6 +150,7 @@ export class PostgresReleaseWatch {
           }
           this.#listening = listening;
           this.#backoffMs = MIN_BACKOFF_MS;
+          this.#schedulePing(listening);
           // A release may have come before the LISTEN did: every waiter and observer looks again once.
           this.#wakeAll();
           for (const name of [...this.#names.keys()]) this.notify(name);
@@ -154,7 +162,26 @@ export class PostgresReleaseWatch {
       );
   }
 
+  #schedulePing(listening: Listening): void {
+    this.#pingTimer = cancel(this.#pingTimer);
+    this.#pingTimer = this.#later(PING_MS, () => {
+      this.#pingTimer = undefined;
+      if (this.#listening !== listening) return;
+      listening.ping().then(
+        () => {
+          if (this.#listening === listening) this.#schedulePing(listening);
+        },
+        () => {
+          if (this.#listening !== listening) return;
+          void listening.close();
+          this.#lost();
+        },
+      );
+    });
+  }
+
   #lost(): void {
+    this.#pingTimer = cancel(this.#pingTimer);
     this.#listening = undefined;
     // Waiters fall back to their backoff until notices flow again; each looks once now.
     this.#wakeAll();
@@ -208,6 +235,7 @@ export class PostgresReleaseWatch {
   #idle(): void {
     this.#idleTimer = undefined;
     if (this.#needed()) return;
+    this.#pingTimer = cancel(this.#pingTimer);
     const listening = this.#listening;
     this.#listening = undefined;
     void listening?.close();
