@@ -1,30 +1,15 @@
-import type { Clock } from '@dlock/core';
-import { ZK_ERROR, zkErrorCode } from './errors.js';
-import { queueOrder } from './keys.js';
+import { type Armed, callSubscriber, Rearm, type WatchDeps, watchHead } from './rearm.js';
 import type { Session } from './zookeeper-session.js';
 
 /** One lock's watch, shared by every subscriber of this service. */
-interface ChangeWatch {
-  readonly parent: string;
+interface ChangeWatch extends Armed {
   readonly listeners: Set<() => void>;
-  /** One function per watch: the client registers a watcher once per path and kind however often it is passed. */
-  readonly trigger: (event: unknown) => void;
-  active: boolean;
-  running: boolean;
-  again: boolean;
   /** The head node and its data as last read; undefined until the first read on the current session. */
   seen: string | undefined;
   /** The head whose data watch is set and has not fired yet, so a child change need not read its data again. */
   dataWatched: string | undefined;
   /** Its data, for the comparison, while {@link dataWatched} holds. */
   dataSeen: string;
-}
-
-export interface ZooKeeperChangeWatchDeps {
-  readonly clock: Clock;
-  readonly liveSession: () => Promise<Session>;
-  /** Aborts when the service closes. */
-  readonly closing: AbortSignal;
 }
 
 /**
@@ -36,11 +21,18 @@ export interface ZooKeeperChangeWatchDeps {
  * a new session and after a reconnect.
  */
 export class ZooKeeperChangeWatch {
-  readonly #deps: ZooKeeperChangeWatchDeps;
   readonly #watches = new Map<string, ChangeWatch>();
+  readonly #rearm: Rearm<ChangeWatch>;
 
-  constructor(deps: ZooKeeperChangeWatchDeps) {
-    this.#deps = deps;
+  constructor(deps: WatchDeps) {
+    // After a failed read the head's data is read again, whatever watch may have fired meanwhile.
+    this.#rearm = new Rearm(
+      deps,
+      (session, watch) => this.#read(session, watch),
+      (watch) => {
+        watch.dataWatched = undefined;
+      },
+    );
   }
 
   /** How many locks are watched (one server watch pair each), for tests. */
@@ -59,7 +51,7 @@ export class ZooKeeperChangeWatch {
         trigger: (event) => {
           if (!made.active) return;
           if (made.dataWatched !== undefined && pathOf(event) !== made.parent) made.dataWatched = undefined;
-          void this.#arm(made);
+          void this.#rearm.arm(made);
         },
         active: true,
         running: false,
@@ -70,11 +62,11 @@ export class ZooKeeperChangeWatch {
       };
       watch = made;
       this.#watches.set(parent, made);
-      void this.#arm(made);
+      void this.#rearm.arm(made);
     } else {
       watch.listeners.add(listener);
       // Already in place: this subscriber's notice is due now. Otherwise the first read gives it to everyone.
-      if (watch.seen !== undefined) queueMicrotask(() => this.#call(listener));
+      if (watch.seen !== undefined) queueMicrotask(() => callSubscriber(listener));
     }
     const current = watch;
     return () => {
@@ -94,7 +86,7 @@ export class ZooKeeperChangeWatch {
     for (const watch of this.#watches.values()) {
       watch.seen = undefined;
       watch.dataWatched = undefined;
-      void this.#arm(watch);
+      void this.#rearm.arm(watch);
     }
   }
 
@@ -103,41 +95,9 @@ export class ZooKeeperChangeWatch {
     this.#watches.clear();
   }
 
-  async #arm(watch: ChangeWatch): Promise<void> {
-    if (!watch.active) return;
-    if (watch.running) {
-      watch.again = true;
-      return;
-    }
-    watch.running = true;
-    try {
-      do {
-        watch.again = false;
-        await this.#read(await this.#deps.liveSession(), watch);
-      } while (watch.again && watch.active);
-    } catch {
-      if (watch.active && !this.#deps.closing.aborted) {
-        watch.dataWatched = undefined;
-        this.#deps.clock.sleep(1_000, this.#deps.closing, { unref: true }).then(
-          () => this.#arm(watch),
-          () => {},
-        );
-      }
-    } finally {
-      watch.running = false;
-    }
-  }
-
   /** Reads the head and its data, leaving both watches set; calls the subscribers if either changed. */
   async #read(session: Session, watch: ChangeWatch): Promise<void> {
-    let head: string | undefined;
-    try {
-      head = queueOrder(await session.getChildren(watch.parent, watch.trigger))[0];
-    } catch (error) {
-      if (zkErrorCode(error) !== ZK_ERROR.NO_NODE) throw error;
-      // No parent yet: watch for its creation; if it appeared meanwhile, read again.
-      if ((await session.exists(watch.parent, watch.trigger)) !== null) watch.again = true;
-    }
+    const head = await watchHead(session, watch);
     let state = '';
     if (head !== undefined) {
       if (watch.dataWatched !== head) {
@@ -154,15 +114,7 @@ export class ZooKeeperChangeWatch {
     }
     if (watch.seen === state) return;
     watch.seen = state;
-    for (const listener of [...watch.listeners]) this.#call(listener);
-  }
-
-  #call(listener: () => void): void {
-    try {
-      listener();
-    } catch {
-      // the subscriber's problem; the watch goes on
-    }
+    for (const listener of [...watch.listeners]) callSubscriber(listener);
   }
 }
 
