@@ -21,6 +21,21 @@ export function encodeNodeData(ownerId: string, metadata: string | undefined): B
 }
 
 /**
+ * A lock queue node's data, as its create writes it: it names the owner, for people looking at the tree, and carries
+ * the grant's metadata, there whichever way the node becomes the holder. Without metadata, the owner's bytes are
+ * made once and reused while the owner stays the same.
+ */
+export class QueueNodeData {
+  #last: { readonly ownerId: string; readonly data: Buffer } | undefined;
+
+  of({ ownerId, metadata }: { readonly ownerId: string; readonly metadata?: string | undefined }): Buffer {
+    if (metadata !== undefined) return encodeNodeData(ownerId, metadata);
+    if (this.#last?.ownerId !== ownerId) this.#last = { ownerId, data: encodeNodeData(ownerId, undefined) };
+    return this.#last.data;
+  }
+}
+
+/**
  * The metadata in a node's data, or undefined when it has none (or the data is not in either layout: a node some
  * other tool wrote is reported without metadata rather than with a made-up one).
  */

@@ -12,19 +12,17 @@ import type {
 import { acquireInQueue, BackgroundRetries, CallDeadlines, type QueueTools } from '@dlock/core/adapter';
 import { ZooKeeperServiceClosedError } from './errors.js';
 import { ParentUse, Ticker } from './housekeeping.js';
+import { idleSemaphoreStamp, removeIdleSemaphore } from './idle-semaphores.js';
 import { lockParentPath, semaphoresRootPath } from './keys.js';
 import { Leftovers } from './leftovers.js';
 import { readLockInfo } from './lock-info.js';
+import { NodeCleanup } from './node-cleanup.js';
 import { resolveOptions, type ZooKeeperLockServiceOptions } from './options.js';
 import { ParentSweep } from './parent-sweep.js';
 import { ZooKeeperChangeWatch } from './zookeeper-change-watch.js';
 import { ZooKeeperProtocol } from './zookeeper-protocol.js';
 import { ZooKeeperReleaseWatch } from './zookeeper-release-watch.js';
-import {
-  idleSemaphoreStamp,
-  removeIdleSemaphore,
-  ZooKeeperSemaphoreProtocol,
-} from './zookeeper-semaphore-protocol.js';
+import { ZooKeeperSemaphoreProtocol } from './zookeeper-semaphore-protocol.js';
 import { Sessions } from './zookeeper-sessions.js';
 
 const noop = (): void => {};
@@ -149,8 +147,8 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
         this.#semaphoreSweep.start();
       },
       reconnected: (session) => {
-        void this.#protocol.verify(session);
-        void this.#semaphores.verify(session);
+        void this.#protocol.grants.verify(session);
+        void this.#semaphores.grants.verify(session);
         this.#changes.rearm();
       },
       ended: (session) => {
@@ -159,28 +157,18 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
       },
       callerConnected: (sessionId) => this.#leftovers.connected(sessionId),
     });
-    this.#protocol = new ZooKeeperProtocol({
+    const drivers = {
       clock: this.#clock,
       deadlines: this.#deadlines,
       root: o.root,
       sessions: this.#sessions,
-      parents: this.#parents,
       leftovers: this.#leftovers,
-      cleanups: this.#cleanups,
+      cleanup: new NodeCleanup({ clock: this.#clock, cleanups: this.#cleanups, leftovers: this.#leftovers }),
       closing: this.#closing.signal,
-      lost: (tokens) => this.#reportLost(tokens),
-    });
-    this.#semaphores = new ZooKeeperSemaphoreProtocol({
-      clock: this.#clock,
-      deadlines: this.#deadlines,
-      root: o.root,
-      sessions: this.#sessions,
-      semaphores: this.#semaphoreUse,
-      leftovers: this.#leftovers,
-      cleanups: this.#cleanups,
-      closing: this.#closing.signal,
-      lost: (tokens) => this.#reportLost(tokens),
-    });
+      lost: (tokens: readonly string[]) => this.#reportLost(tokens),
+    };
+    this.#protocol = new ZooKeeperProtocol({ ...drivers, parents: this.#parents });
+    this.#semaphores = new ZooKeeperSemaphoreProtocol({ ...drivers, semaphores: this.#semaphoreUse });
   }
 
   async acquire(request: AcquireRequest): Promise<AcquireResult> {
@@ -205,7 +193,8 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
   async availablePermits(name: string, permits: number): Promise<number> {
     this.#assertOpen();
     this.#endIfSilent();
-    return this.#semaphores.available(name, permits);
+    const session = this.#sessions.current ?? (await this.#sessions.live());
+    return this.#semaphores.slots.available(session, name, permits);
   }
 
   async renew(request: RenewRequest): Promise<RenewResult> {
@@ -353,8 +342,9 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
     const now = this.#clock.monotonic();
     this.#sessions.check(now, this.#tickMs());
     const session = this.#sessions.current;
-    if (session && session.leases.size > 0) void this.#protocol.reapOverdue(session);
-    if (session && this.#semaphores.hasRecords(session)) void this.#semaphores.reapOverdue(session);
+    for (const { grants } of [this.#protocol, this.#semaphores]) {
+      if (session && grants.has(session)) void grants.reapOverdue(session);
+    }
     if (this.#parents.idle > 0) this.#removeIdleParents(now);
     if (this.#semaphoreUse.idle > 0) this.#removeIdleSemaphores(now);
     // A grant, a queued attempt, a request in flight or a pending delete keeps the session's silence watched.
@@ -378,7 +368,7 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
   #removeIdleSemaphores(now: number): void {
     const session = this.#sessions.current;
     for (const semaphore of this.#semaphoreUse.takeDue(now)) {
-      if (session) this.#semaphores.removeIdle(session, semaphore).catch(noop);
+      if (session) removeIdleSemaphore(session, semaphore).catch(noop);
     }
   }
 
@@ -402,7 +392,7 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
     if (session?.owned) {
       await Promise.allSettled([
         ...idle.map((path) => session.remove(path)),
-        ...idleSemaphores.map((path) => this.#semaphores.removeIdle(session, path)),
+        ...idleSemaphores.map((path) => removeIdleSemaphore(session, path)),
       ]);
       this.#sessions.end(session, 'the lock service was closed');
     } else {
@@ -414,7 +404,7 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
       if (sweeper) {
         await Promise.allSettled([
           ...idle.map((path) => sweeper.remove(path)),
-          ...idleSemaphores.map((path) => this.#semaphores.removeIdle(sweeper, path)),
+          ...idleSemaphores.map((path) => removeIdleSemaphore(sweeper, path)),
         ]);
       }
     }

@@ -18,18 +18,6 @@ export interface SessionDeps {
   readonly wake: () => void;
 }
 
-/** One grant this process holds: its node and when the server last confirmed it. */
-export interface LeaseRecord {
-  readonly name: string;
-  /** The node's name under its parent; also the grant's ownership token. */
-  readonly token: string;
-  readonly parent: string;
-  readonly path: string;
-  readonly session: Session;
-  /** Send time of the last request that proved the node alive; the lease is reaped a session timeout later. */
-  confirmedAt: number;
-}
-
 /**
  * Nodes of a session that must go once their use is over: the queue node of an attempt that has not been granted
  * (or that gave its grant back), or a node whose delete failed. The session tracks them while they may exist, so
@@ -108,7 +96,6 @@ export class Session {
   disconnectedAt = Number.NEGATIVE_INFINITY;
   heartbeatInFlight = false;
   droppedAt = Number.NEGATIVE_INFINITY;
-  readonly leases = new Map<string, LeaseRecord>();
   /** Nodes of this session that must go (see {@link SessionNodes}); each keeps the session's silence watched. */
   readonly pending = new Set<SessionNodes>();
   readonly #deps: SessionDeps;
@@ -160,15 +147,6 @@ export class Session {
   disengage(): void {
     this.#concerns -= 1;
     if (this.#concerns === 0) this.#trackingSince = undefined;
-  }
-
-  addLease(record: LeaseRecord): void {
-    this.engage();
-    this.leases.set(record.token, record);
-  }
-
-  deleteLease(token: string): void {
-    if (this.leases.delete(token)) this.disengage();
   }
 
   /** Tracks nodes that must go until {@link letGo}; idempotent. */

@@ -1,0 +1,47 @@
+import { decodeLockName, encodeLockName, limitOf } from './keys.js';
+import { childrenOf } from './node-ops.js';
+import type { MultiOp, Session } from './zookeeper-session.js';
+
+/**
+ * Deletes an idle semaphore's node with its two parents, in one `multi`: NotEmpty (someone holds or waits again)
+ * or NoNode (someone else deleted it) leave everything as it is.
+ */
+export async function removeIdleSemaphore(session: Session, semaphore: string): Promise<void> {
+  const children = await childrenOf(session, semaphore);
+  if (children === undefined) return;
+  const ops: MultiOp[] = children.map((child) => ({ op: 'remove', path: `${semaphore}/${child}` }));
+  ops.push({ op: 'remove', path: semaphore });
+  await session.multi(ops);
+}
+
+/**
+ * For the sweep of semaphores every process left behind: a stamp of a semaphore node with no holder and no waiter
+ * (the pzxids of the node and of its empty parents, which change with every child created or deleted), or
+ * undefined when it is in use or not a semaphore's node.
+ */
+export async function idleSemaphoreStamp(
+  session: Session,
+  semaphore: string,
+  name: string,
+): Promise<string | undefined> {
+  const stat = await session.exists(semaphore);
+  if (!stat || stat.pzxid === undefined || stat.dataLength !== 0) return undefined;
+  if (stat.ephemeralOwner.some((byte) => byte !== 0) || !isEncodedName(name)) return undefined;
+  const children = (await childrenOf(session, semaphore)) ?? [];
+  if (children.length > 2 || children.some((child) => limitOf(child) === undefined)) return undefined;
+  const stamps = [stat.pzxid.toString('hex')];
+  for (const child of children) {
+    const parent = await session.exists(`${semaphore}/${child}`);
+    if (parent?.numChildren !== 0 || parent.pzxid === undefined) return undefined;
+    stamps.push(parent.pzxid.toString('hex'));
+  }
+  return stamps.join(':');
+}
+
+function isEncodedName(name: string): boolean {
+  try {
+    return encodeLockName(decodeLockName(name)) === name;
+  } catch {
+    return false;
+  }
+}

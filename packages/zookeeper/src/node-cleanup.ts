@@ -1,0 +1,111 @@
+import type { Clock } from '@dlock/core';
+import type { BackgroundRetries } from '@dlock/core/adapter';
+import { isNodeOfAttempt } from './keys.js';
+import type { Leftovers } from './leftovers.js';
+import { childrenOf, nodesAt, removeNode } from './node-ops.js';
+import type { Session, SessionNodes } from './zookeeper-session.js';
+
+export interface NodeCleanupDeps {
+  readonly clock: Clock;
+  readonly cleanups: BackgroundRetries;
+  readonly leftovers: Leftovers;
+}
+
+/**
+ * How long a failing delete is retried while its session lives. A node of a live session blocks its lock until it
+ * is deleted, but a server that keeps refusing (an ACL) must not be asked forever; a silent server ends the session
+ * first (pending nodes keep its silence watched), and then the nodes are handed on.
+ */
+const CLEANUP_MS = 30_000;
+
+/**
+ * Deleting the nodes an attempt or a grant leaves behind (Curator's "guaranteed delete"), for both drivers: while
+ * their session lives the session tracks them, so that its end hands them to the leftovers instead of forgetting
+ * them; NoNode counts as done.
+ */
+export class NodeCleanup {
+  readonly #deps: NodeCleanupDeps;
+
+  constructor(deps: NodeCleanupDeps) {
+    this.#deps = deps;
+  }
+
+  /**
+   * Deletes nodes of a session, once: the known node, every node of the attempt id when a create's outcome was never
+   * seen, then whatever `also` deletes. A failure is thrown for the caller's retries (core's, or {@link removeLater}'s)
+   * until `CLEANUP_MS` after the first one; the nodes stay tracked by their session until then.
+   */
+  async remove(session: Session, nodes: SessionNodes, also?: () => Promise<void>): Promise<void> {
+    if (session.ended) {
+      this.handOver(session, nodes);
+      return;
+    }
+    session.hold(nodes);
+    try {
+      if (nodes.node !== undefined) await removeNode(session, `${nodes.parent}/${nodes.node}`);
+      if (nodes.uncertain && nodes.attemptId !== undefined) {
+        const attemptId = nodes.attemptId;
+        const mine = ((await childrenOf(session, nodes.parent)) ?? []).filter((child) =>
+          isNodeOfAttempt(child, attemptId),
+        );
+        await Promise.all(mine.map((child) => removeNode(session, `${nodes.parent}/${child}`)));
+      }
+      if (also) await also();
+    } catch (error) {
+      if (session.ended) {
+        this.handOver(session, nodes);
+        return;
+      }
+      const now = this.#deps.clock.monotonic();
+      nodes.giveUpAt ??= now + CLEANUP_MS;
+      if (now < nodes.giveUpAt) throw error;
+    }
+    session.letGo(nodes);
+  }
+
+  /** {@link remove} in the background, retried while the session lives. */
+  removeLater(session: Session, nodes: SessionNodes): void {
+    this.#deps.cleanups.run(() => this.remove(session, nodes), Number.POSITIVE_INFINITY);
+  }
+
+  /** One delete of the caller's (a check comes first) retried in the background for `CLEANUP_MS`, while the session lives. */
+  retry(session: Session, remove: () => Promise<void>): void {
+    const { clock } = this.#deps;
+    const giveUpAt = clock.monotonic() + CLEANUP_MS;
+    this.#deps.cleanups.run(async () => {
+      if (session.ended) return;
+      try {
+        await remove();
+      } catch (error) {
+        if (!session.ended && clock.monotonic() < giveUpAt) throw error;
+      }
+    }, Number.POSITIVE_INFINITY);
+  }
+
+  /** A retried create can leave two nodes of one attempt (a lagging server did not show the first): drop extras. */
+  dropDuplicates(session: Session, nodes: SessionNodes, queue: readonly string[]): void {
+    const { attemptId } = nodes;
+    if (attemptId === undefined) return;
+    for (const child of queue) {
+      if (child !== nodes.node && isNodeOfAttempt(child, attemptId)) {
+        this.removeLater(session, nodesAt(nodes.parent, child));
+      }
+    }
+  }
+
+  /** The nodes of a session that ended go with it, unless a caller's client keeps it: then they are leftovers. */
+  handOver(session: Session, nodes: SessionNodes): void {
+    session.letGo(nodes);
+    if (session.owned) return;
+    const path = nodes.node === undefined ? undefined : `${nodes.parent}/${nodes.node}`;
+    const attemptId = nodes.uncertain ? nodes.attemptId : undefined;
+    if (path !== undefined || attemptId !== undefined) {
+      this.#deps.leftovers.add(session, nodes.parent, path, attemptId);
+    }
+  }
+
+  /** Every pending node of an ended session (queue nodes of locks and semaphores alike) is handed over. */
+  handOverAll(session: Session): void {
+    for (const nodes of [...session.pending]) this.handOver(session, nodes);
+  }
+}
