@@ -18,7 +18,7 @@ import {
   TransportError,
   UnsupportedError,
 } from './errors.js';
-import { LockEvents } from './events.js';
+import { type AcquireFailure, handleEventBase, LockEvents } from './events.js';
 import { Handle, type HandleHost, type LockHandle } from './handle.js';
 import {
   type AcquireOptions,
@@ -497,13 +497,16 @@ export class LockClient {
         const now = clock.monotonic();
         if (now >= deadline) {
           if (lastError !== undefined) throw lastError;
-          if (orNull) return null;
           const reason =
             permits === undefined
               ? this.#refusal(name, spentInTransit)
               : spentInTransit
                 ? 'spent-in-transit'
                 : 'no-free-permit';
+          if (orNull) {
+            this.#emitFailed(name, permits, startedAt, attempts, 'timeout', reason, undefined);
+            return null;
+          }
           throw new AcquireTimeoutError(name, now - startedAt, attempts, reason);
         }
         wake ??= new WakeSignal();
@@ -520,8 +523,19 @@ export class LockClient {
         await woken.wait(clock, Math.min(delay, deadline - now), signal);
       }
     } catch (error) {
-      // tryAcquire's null for a budget that ran out, whichever way the AcquireTimeoutError came.
-      if (orNull && error instanceof AcquireTimeoutError) return null;
+      if (error instanceof AcquireTimeoutError) {
+        // tryAcquire's null for a budget that ran out, whichever way the AcquireTimeoutError came.
+        const failed = orNull ? undefined : error;
+        this.#emitFailed(name, permits, startedAt, attempts, 'timeout', error.reason, failed);
+        if (orNull) return null;
+      } else {
+        const outcome: AcquireFailure = opts.signal?.aborted
+          ? 'aborted'
+          : this.#closing.signal.aborted
+            ? 'closed'
+            : 'error';
+        this.#emitFailed(name, permits, startedAt, attempts, outcome, undefined, error);
+      }
       throw error;
     } finally {
       unwatch?.();
@@ -594,14 +608,35 @@ export class LockClient {
     if (!this.events.listens('acquired')) return;
     const at = this.#clock.monotonic();
     this.events.emit('acquired', {
-      name: handle.name,
-      fencingToken: handle.fencingToken,
-      at,
+      ...handleEventBase(handle, at),
       ttlMs: handle.ttlMs,
       expiresAt: handle.expiresAt,
       waitedMs: at - startedAt,
       attempts,
       reentered,
+    });
+  }
+
+  #emitFailed(
+    name: string,
+    permits: number | undefined,
+    startedAt: number,
+    attempts: number,
+    outcome: AcquireFailure,
+    reason: AcquireTimeoutReason | undefined,
+    error: unknown,
+  ): void {
+    if (!this.events.listens('acquire-failed')) return;
+    const at = this.#clock.monotonic();
+    this.events.emit('acquire-failed', {
+      name,
+      at,
+      kind: permits === undefined ? 'lock' : 'permit',
+      waitedMs: at - startedAt,
+      attempts,
+      outcome,
+      ...(reason === undefined ? {} : { reason }),
+      ...(error === undefined ? {} : { error }),
     });
   }
 
@@ -665,15 +700,7 @@ export class LockClient {
     // Forget first and synchronously: no renewal may be sent for a handle once its release has begun.
     this.#forget(handle);
     if (!handle.markReleased()) return;
-    if (this.events.listens('released')) {
-      const at = this.#clock.monotonic();
-      this.events.emit('released', {
-        name: handle.name,
-        fencingToken: handle.fencingToken,
-        at,
-        heldMs: at - handle.acquiredAt,
-      });
-    }
+    const startedAt = this.#clock.monotonic();
     const counted = this.#enter();
     let deleted: boolean;
     try {
@@ -683,14 +710,35 @@ export class LockClient {
         timeoutMs: this.#options.operationTimeoutMs,
         what: `release "${handle.name}"`,
       });
+    } catch (error) {
+      this.#emitReleased(handle, startedAt, 'failed', error);
+      throw error;
     } finally {
       this.#leave(counted);
     }
+    this.#emitReleased(handle, startedAt, deleted === false ? 'not-found' : 'deleted', undefined);
     // The service found nothing of this grant to delete although its window was open: the lock had already been
     // taken from it (deleted by hand, a failover, a server clock jump). The release happened; a clean end did not.
     if (deleted === false && !handle.releasedByClose) {
       throw new LockLostError(handle.name, handle.fencingToken, 'rejected');
     }
+  }
+
+  #emitReleased(
+    handle: Handle,
+    startedAt: number,
+    result: 'deleted' | 'not-found' | 'failed',
+    error: unknown,
+  ): void {
+    if (!this.events.listens('released')) return;
+    const at = this.#clock.monotonic();
+    this.events.emit('released', {
+      ...handleEventBase(handle, at),
+      heldMs: startedAt - handle.acquiredAt,
+      releaseMs: at - startedAt,
+      result,
+      ...(error === undefined ? {} : { error }),
+    });
   }
 
   #lose(handle: Handle, reason: LostReason, error: unknown): void {
@@ -702,9 +750,7 @@ export class LockClient {
     // deleting it then would let the work it guards run twice in one period.
     if (reason !== 'rejected' && handle.renews) this.#bestEffortRelease(handle.lease);
     this.events.emit('lost', {
-      name: handle.name,
-      fencingToken: handle.fencingToken,
-      at: this.#clock.monotonic(),
+      ...handleEventBase(handle, this.#clock.monotonic()),
       reason,
       ...(error === undefined ? {} : { error }),
     });

@@ -1,11 +1,21 @@
-import type { LostReason } from './errors.js';
+import type { AcquireTimeoutReason, LostReason } from './errors.js';
+
+/** What a handle holds: a lock (elections' leaderships included, which are locks), or a semaphore's permit. */
+export type LockKind = 'lock' | 'permit';
 
 interface EventBase {
+  /** The lock's name; for a permit, the semaphore's name. */
   readonly name: string;
   readonly fencingToken: bigint;
   /** Client monotonic time of the event, in ms. */
   readonly at: number;
+  readonly kind: LockKind;
+  /** A permit's slot; absent for a lock. */
+  readonly slot?: number;
 }
+
+/** How an acquire that returned no handle ended; `closed` is `close()` ending the wait. */
+export type AcquireFailure = 'timeout' | 'aborted' | 'closed' | 'error';
 
 /** The events a {@link LockClient} emits, for logs, metrics and dashboards. */
 export interface LockEventMap {
@@ -19,8 +29,37 @@ export interface LockEventMap {
   };
   renewed: EventBase & { readonly expiresAt: number; readonly latencyMs: number };
   'renew-failed': EventBase & { readonly failures: number; readonly error: unknown };
+  /**
+   * An acquire (or tryAcquire, or a permit's) that ends without a handle: once per call, as it settles. `waitedMs`
+   * runs from the call to now, so `at − waitedMs` is when it began. A tryAcquire that finds the lock busy is a
+   * `timeout` (its budget ran out) with no `error`.
+   */
+  'acquire-failed': {
+    readonly name: string;
+    readonly at: number;
+    readonly kind: LockKind;
+    readonly waitedMs: number;
+    readonly attempts: number;
+    readonly outcome: AcquireFailure;
+    /** Why the budget ran out, for a `timeout`. */
+    readonly reason?: AcquireTimeoutReason;
+    /** What the call rejected with; absent when it resolved null. */
+    readonly error?: unknown;
+  };
   lost: EventBase & { readonly reason: LostReason; readonly error?: unknown };
-  released: EventBase & { readonly heldMs: number };
+  /**
+   * A release, emitted once the service answered (or the call failed): `heldMs` runs from the grant to the
+   * `release()` call (the hold), `releaseMs` is the service call, so `at − releaseMs` is when the release began.
+   * `result`: `deleted`; `not-found` when the service had nothing of this grant left (the lock had already been
+   * taken from it, and `release()` rejects with a `LockLostError` unless `close()` released it); `failed` when the
+   * service could not be told (`error` says why; the lease runs out by its TTL).
+   */
+  released: EventBase & {
+    readonly heldMs: number;
+    readonly releaseMs: number;
+    readonly result: 'deleted' | 'not-found' | 'failed';
+    readonly error?: unknown;
+  };
   /** A user callback (onLost, onRelease, an event listener) threw; the library caught it. */
   'callback-error': {
     readonly name: string;
@@ -31,6 +70,17 @@ export interface LockEventMap {
 }
 
 export type LockEventType = keyof LockEventMap;
+
+/** @internal The fields every handle event starts with. */
+export function handleEventBase(
+  handle: { readonly name: string; readonly fencingToken: bigint; readonly slot: number | undefined },
+  at: number,
+): EventBase {
+  const { name, fencingToken, slot } = handle;
+  return slot === undefined
+    ? { name, fencingToken, at, kind: 'lock' }
+    : { name, fencingToken, at, kind: 'permit', slot };
+}
 export type LockEventListener<K extends LockEventType> = (event: LockEventMap[K]) => void;
 
 /** A small typed event stream. Listener exceptions never reach the code that emitted the event. */

@@ -26,7 +26,14 @@ export {
   TransportError,
   UnsupportedError,
 } from './errors.js';
-export type { LockEventListener, LockEventMap, LockEvents, LockEventType } from './events.js';
+export type {
+  AcquireFailure,
+  LockEventListener,
+  LockEventMap,
+  LockEvents,
+  LockEventType,
+  LockKind,
+} from './events.js';
 export type { HandleState, LockHandle } from './handle.js';
 export { MemoryLockService, type MemoryLockServiceOptions } from './memory/memory-lock-service.js';
 export {

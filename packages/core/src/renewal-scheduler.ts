@@ -1,7 +1,7 @@
 import { boundedCall, type CallDeadlines } from './bounded-call.js';
 import type { Clock } from './clock.js';
 import { isDLockError, type LostReason, TransportError } from './errors.js';
-import type { LockEvents } from './events.js';
+import { handleEventBase, type LockEvents } from './events.js';
 import type { Handle } from './handle.js';
 import type { LockService, RenewRequest, RenewResult } from './service.js';
 import { jitter, renewIntervalMs, renewRetryDelayMs, validUntil } from './timing.js';
@@ -223,9 +223,7 @@ export class RenewalScheduler {
       handle.renewFailures += 1;
       handle.lastRenewError = error;
       events.emit('renew-failed', {
-        name: handle.name,
-        fencingToken: handle.fencingToken,
-        at: now,
+        ...handleEventBase(handle, now),
         failures: handle.renewFailures,
         error,
       });
@@ -258,9 +256,7 @@ export class RenewalScheduler {
     handle.expiresAt = Math.max(handle.expiresAt, validUntil(sentAt, handle.ttlMs, driftFactor));
     handle.renewDueAt = sentAt + jitter(renewIntervalMs(handle.ttlMs), () => clock.random());
     events.emit('renewed', {
-      name: handle.name,
-      fencingToken: handle.fencingToken,
-      at: now,
+      ...handleEventBase(handle, now),
       expiresAt: handle.expiresAt,
       latencyMs: now - sentAt,
     });

@@ -1,0 +1,188 @@
+import {
+  AcquireTimeoutError,
+  ClientClosedError,
+  LockClient,
+  type LockEventMap,
+  LockLostError,
+  MemoryLockService,
+  TransportError,
+} from '@dlock/core';
+import { FakeClock, FaultyLockService } from '@dlock/testing';
+import { describe, expect, it, vi } from 'vitest';
+import { outcome } from './harness.js';
+
+const TTL = 3_000;
+
+function setup() {
+  const clock = new FakeClock({ seed: 7 });
+  const memory = new MemoryLockService({ clock });
+  const faulty = new FaultyLockService(memory, { clock });
+  const client = new LockClient(faulty, { clock, operationTimeoutMs: 1_000 });
+  const other = new LockClient(memory, { clock });
+  const failed: LockEventMap['acquire-failed'][] = [];
+  const released: LockEventMap['released'][] = [];
+  client.events.on('acquire-failed', (e) => failed.push(e));
+  client.events.on('released', (e) => released.push(e));
+  return { clock, memory, faulty, client, other, failed, released };
+}
+
+describe('acquire-failed', () => {
+  it('a budget that runs out: outcome timeout, the reason, the wait and the attempts', async () => {
+    const { clock, client, other, failed } = setup();
+    await other.acquire('a', { ttlMs: TTL });
+    const started = clock.monotonic();
+    const call = outcome(client.acquire('a', { ttlMs: TTL, waitMs: 500 }));
+    await clock.advance(500);
+    expect(call.error).toBeInstanceOf(AcquireTimeoutError);
+    expect(failed).toHaveLength(1);
+    const event = failed[0];
+    expect(event).toMatchObject({
+      name: 'a',
+      kind: 'lock',
+      outcome: 'timeout',
+      reason: 'held-by-another-owner',
+      waitedMs: 500,
+      at: started + 500,
+    });
+    expect(event?.attempts).toBeGreaterThan(1);
+    expect(event?.error).toBe(call.error);
+  });
+
+  it('tryAcquire on a busy lock: a timeout after one attempt, with no error', async () => {
+    const { client, other, failed } = setup();
+    await other.acquire('a', { ttlMs: TTL });
+    expect(await client.tryAcquire('a', { ttlMs: TTL })).toBeNull();
+    expect(failed).toEqual([
+      {
+        name: 'a',
+        at: expect.any(Number),
+        kind: 'lock',
+        waitedMs: 0,
+        attempts: 1,
+        outcome: 'timeout',
+        reason: 'held-by-another-owner',
+      },
+    ]);
+  });
+
+  it("the caller's signal: outcome aborted, with the signal's reason", async () => {
+    const { clock, client, other, failed } = setup();
+    await other.acquire('a', { ttlMs: TTL });
+    const controller = new AbortController();
+    const call = outcome(client.acquire('a', { ttlMs: TTL, waitMs: 5_000, signal: controller.signal }));
+    await clock.advance(200);
+    const reason = new Error('user gave up');
+    controller.abort(reason);
+    await clock.advance(0);
+    expect(call.error).toBe(reason);
+    expect(failed).toMatchObject([{ name: 'a', outcome: 'aborted', waitedMs: 200, error: reason }]);
+  });
+
+  it('close() during the wait: outcome closed', async () => {
+    const { clock, client, other, failed } = setup();
+    await other.acquire('a', { ttlMs: TTL });
+    const call = outcome(client.acquire('a', { ttlMs: TTL, waitMs: 5_000 }));
+    await clock.advance(100);
+    await client.close();
+    await clock.advance(0);
+    expect(call.error).toBeInstanceOf(ClientClosedError);
+    expect(failed).toMatchObject([{ outcome: 'closed', waitedMs: 100 }]);
+  });
+
+  it('a service that cannot be reached: outcome error, with the TransportError', async () => {
+    const { client, faulty, failed } = setup();
+    faulty.partition('fail');
+    const call = outcome(client.acquire('a', { ttlMs: TTL }));
+    await vi.waitFor(() => expect(call.done).toBe(true));
+    expect(call.error).toBeInstanceOf(TransportError);
+    expect(failed).toMatchObject([{ outcome: 'error', attempts: 1, error: call.error }]);
+    expect(failed[0]).not.toHaveProperty('reason');
+  });
+
+  it('a permit: kind permit, reason no-free-permit; acquired and released carry the kind and the slot', async () => {
+    const { clock, client, other, failed, released } = setup();
+    const acquired: LockEventMap['acquired'][] = [];
+    client.events.on('acquired', (e) => acquired.push(e));
+    await other.semaphore('pool', { permits: 2, ttlMs: TTL }).acquire();
+    const pool = client.semaphore('pool', { permits: 2, ttlMs: TTL });
+    const permit = await pool.acquire();
+    expect(acquired).toMatchObject([{ name: 'pool', kind: 'permit', slot: permit.slot }]);
+    const call = outcome(pool.acquire({ waitMs: 300 }));
+    await clock.advance(300);
+    expect(call.error).toBeInstanceOf(AcquireTimeoutError);
+    expect(failed).toMatchObject([
+      { name: 'pool', kind: 'permit', outcome: 'timeout', reason: 'no-free-permit' },
+    ]);
+    await permit.release();
+    expect(released).toMatchObject([{ name: 'pool', kind: 'permit', slot: permit.slot, result: 'deleted' }]);
+  });
+
+  it('nothing is emitted for a call that gets its handle', async () => {
+    const { client, failed } = setup();
+    await client.acquire('a', { ttlMs: TTL });
+    expect(await client.tryAcquire('b', { ttlMs: TTL })).not.toBeNull();
+    expect(failed).toEqual([]);
+  });
+});
+
+describe('released', () => {
+  it('after the service answered: the hold up to release(), the call itself, result deleted', async () => {
+    const { clock, client, faulty, released } = setup();
+    const handle = await client.acquire('a', { ttlMs: TTL });
+    await clock.advance(700);
+    faulty.latency(40);
+    const call = outcome(handle.release());
+    expect(released).toEqual([]);
+    await clock.advance(40);
+    expect(call.done).toBe(true);
+    expect(released).toEqual([
+      {
+        name: 'a',
+        fencingToken: handle.fencingToken,
+        at: clock.monotonic(),
+        kind: 'lock',
+        heldMs: 700,
+        releaseMs: 40,
+        result: 'deleted',
+      },
+    ]);
+  });
+
+  it('a release the service could not hear of: result failed, with the error', async () => {
+    const { client, faulty, released } = setup();
+    const handle = await client.acquire('a', { ttlMs: TTL });
+    faulty.failNext(1);
+    await expect(handle.release()).rejects.toBeInstanceOf(TransportError);
+    expect(released).toMatchObject([{ result: 'failed', error: expect.any(TransportError) }]);
+  });
+
+  it('a grant the service no longer had: result not-found, and release() rejects with the loss', async () => {
+    const { client, memory, released } = setup();
+    const handle = await client.acquire('a', { ttlMs: TTL });
+    vi.spyOn(memory, 'release').mockResolvedValueOnce(false);
+    await expect(handle.release()).rejects.toBeInstanceOf(LockLostError);
+    expect(released).toMatchObject([{ result: 'not-found', kind: 'lock' }]);
+  });
+});
+
+describe('kind on the other handle events', () => {
+  it('renewed, renew-failed and lost say lock or permit', async () => {
+    const { clock, client, faulty } = setup();
+    const seen: { type: string; kind: string; slot?: number }[] = [];
+    for (const type of ['renewed', 'renew-failed', 'lost'] as const) {
+      client.events.on(type, (e) =>
+        seen.push({ type, kind: e.kind, ...(e.slot === undefined ? {} : { slot: e.slot }) }),
+      );
+    }
+    await client.acquire('a', { ttlMs: TTL });
+    const permit = await client.semaphore('pool', { permits: 2, ttlMs: TTL }).acquire();
+    await clock.advance(TTL / 2);
+    expect(seen).toContainEqual({ type: 'renewed', kind: 'lock' });
+    expect(seen).toContainEqual({ type: 'renewed', kind: 'permit', slot: permit.slot });
+    faulty.partition('fail');
+    await clock.advance(2 * TTL);
+    expect(seen).toContainEqual({ type: 'renew-failed', kind: 'lock' });
+    expect(seen).toContainEqual({ type: 'lost', kind: 'lock' });
+    expect(seen).toContainEqual({ type: 'lost', kind: 'permit', slot: permit.slot });
+  });
+});
