@@ -749,9 +749,11 @@ export class LockClient {
     // Not a lease granted for its TTL (`renew: false`): its local window ends a little before the service's, and
     // deleting it then would let the work it guards run twice in one period.
     if (reason !== 'rejected' && handle.renews) this.#bestEffortRelease(handle.lease);
+    const at = this.#clock.monotonic();
     this.events.emit('lost', {
-      ...handleEventBase(handle, this.#clock.monotonic()),
+      ...handleEventBase(handle, at),
       reason,
+      heldMs: at - handle.acquiredAt,
       ...(error === undefined ? {} : { error }),
     });
     for (const callback of callbacks) {

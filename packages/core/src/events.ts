@@ -46,7 +46,8 @@ export interface LockEventMap {
     /** What the call rejected with; absent when it resolved null. */
     readonly error?: unknown;
   };
-  lost: EventBase & { readonly reason: LostReason; readonly error?: unknown };
+  /** `heldMs` runs from the grant to when the client noticed the loss. */
+  lost: EventBase & { readonly reason: LostReason; readonly heldMs: number; readonly error?: unknown };
   /**
    * A release, emitted once the service answered (or the call failed): `heldMs` runs from the grant to the
    * `release()` call (the hold), `releaseMs` is the service call, so `at − releaseMs` is when the release began.

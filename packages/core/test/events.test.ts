@@ -185,4 +185,19 @@ describe('kind on the other handle events', () => {
     expect(seen).toContainEqual({ type: 'lost', kind: 'lock' });
     expect(seen).toContainEqual({ type: 'lost', kind: 'permit', slot: permit.slot });
   });
+
+  it('lost carries how long the handle was held, to when the loss was noticed', async () => {
+    const { clock, client, faulty } = setup();
+    const lost: LockEventMap['lost'][] = [];
+    client.events.on('lost', (e) => lost.push(e));
+    await clock.advance(50);
+    const handle = await client.acquire('a', { ttlMs: TTL });
+    const acquiredAt = clock.monotonic();
+    faulty.partition('fail');
+    await clock.advance(2 * TTL);
+    expect(handle.state).toBe('lost');
+    expect(lost).toHaveLength(1);
+    expect(lost[0]?.heldMs).toBe((lost[0]?.at ?? 0) - acquiredAt);
+    expect(lost[0]?.heldMs).toBeGreaterThan(0);
+  });
 });
