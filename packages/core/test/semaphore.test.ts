@@ -172,3 +172,15 @@ describe('permits', () => {
     await client.close();
   });
 });
+
+describe('MemoryLockService semaphores', () => {
+  it('available() of a semaphore idle since its last lease ran out takes any limit, as acquire does', async () => {
+    const { client, makeClient, clock } = harness();
+    await client.semaphore('idle', { permits: 2, ttlMs: TTL }).acquire({ renew: false });
+    const other = makeClient().semaphore('idle', { permits: 3, ttlMs: TTL });
+    await expect(other.available()).rejects.toBeInstanceOf(PermitsMismatchError);
+    await clock.advance(TTL + 1);
+    expect(await other.available()).toBe(3);
+    expect(await other.tryAcquire()).not.toBeNull();
+  });
+});

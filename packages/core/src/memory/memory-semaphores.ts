@@ -76,7 +76,8 @@ export class MemorySemaphores implements QueueDriver<Claim, Claim> {
       const grant = this.#take(state, claim);
       if (grant) {
         state.queue.shift();
-        this.#wakeHead(state);
+        // The next waiter only has something to do if another slot is free too.
+        if (state.slots.includes(undefined)) this.#wakeHead(state);
         return { kind: 'first', grant };
       }
     }
@@ -121,10 +122,15 @@ export class MemorySemaphores implements QueueDriver<Claim, Claim> {
   }
 
   available(name: string, permits: number): number {
-    const state = this.#states.get(name);
+    let state = this.#states.get(name);
+    if (state) {
+      // Leases that ran out first: a semaphore idle since then takes any limit, as an acquire would.
+      this.#purge(state);
+      this.#forgetIfIdle(name, state);
+      state = this.#states.get(name);
+    }
     if (!state) return permits;
     if (state.permits !== permits) throw new PermitsMismatchError(name, permits, state.permits);
-    this.#purge(state);
     return state.slots.reduce((free, slot) => (slot ? free : free + 1), 0);
   }
 
