@@ -5,7 +5,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/services.sh start
 bash scripts/chromium.sh
-rm -f packages/*/.vitest-results.json apps/*/.vitest-results.json
+rm -f packages/*/.vitest-results.json apps/*/.vitest-results.json docs/.vitest-results.json
 status=0
 pnpm exec turbo run build typecheck --output-logs=errors-only || status=$?
 if [ "$status" = 0 ]; then pnpm exec biome ci . || status=$?; fi
