@@ -1,0 +1,176 @@
+import type { AcquireFailure, LockEventMap, LockKind } from '@dlock/core';
+import { InvalidArgumentError } from '@dlock/core';
+import {
+  type Attributes,
+  context,
+  type Span,
+  SpanKind,
+  SpanStatusCode,
+  type Tracer,
+} from '@opentelemetry/api';
+import { attributesFor } from './attributes.js';
+import { type InstrumentableClient, isInstrumentable } from './client-like.js';
+import { createInstruments } from './instruments.js';
+import { ATTRIBUTES, SPANS } from './names.js';
+import { type InstrumentOptions, resolveOptions } from './options.js';
+
+/** Stops the instrumentation: a function, also usable with `using`. */
+export interface Uninstrument extends Disposable {
+  (): void;
+}
+
+const SCOPE = '@dlock/opentelemetry';
+
+/** Metrics know four outcomes: `close()` ending a wait is an abort like the caller's own signal. */
+const OUTCOMES: Record<AcquireFailure, 'timeout' | 'aborted' | 'error'> = {
+  timeout: 'timeout',
+  aborted: 'aborted',
+  closed: 'aborted',
+  error: 'error',
+};
+
+/**
+ * Records the client's locks and permits as OpenTelemetry metrics and spans, from its event stream (no wrapping,
+ * no I/O, no timers). Returns the function that stops it: listeners removed, and the handles it counted as held
+ * taken off `dlock.held`, so a client instrumented again does not count them twice.
+ *
+ * @example
+ * ```ts
+ * const stop = instrument(client, { meterProvider, nameAttribute: (name) => name.split(':')[0] });
+ * ```
+ */
+export function instrument(client: InstrumentableClient, options?: InstrumentOptions): Uninstrument {
+  if (!isInstrumentable(client)) {
+    throw new InvalidArgumentError('client', 'must be a LockClient (with an events stream)');
+  }
+  const { meterProvider, tracerProvider, nameAttribute, now } = resolveOptions(options);
+  const instruments = createInstruments(meterProvider.getMeter(SCOPE));
+  const tracer = tracerProvider.getTracer(SCOPE);
+  const attributes = (kind: LockKind, name: string, slot: number | undefined): Attributes =>
+    attributesFor(nameAttribute, kind, name, slot);
+  /** Handles this instrumentation counted in `dlock.held`, with the attributes they were counted under. */
+  const held = new Map<string, Attributes>();
+
+  const endHold = (
+    event: { kind: LockKind; name: string; slot?: number; fencingToken: bigint },
+    heldMs: number,
+    end: 'released' | 'lost',
+  ): Attributes => {
+    const key = holdKey(event.kind, event.name, event.slot, event.fencingToken);
+    const counted = held.get(key);
+    const base = counted ?? attributes(event.kind, event.name, event.slot);
+    if (counted) {
+      held.delete(key);
+      instruments.held.add(-1, counted);
+    }
+    instruments.holdDuration.record(heldMs, { ...base, [ATTRIBUTES.holdEnd]: end });
+    return base;
+  };
+
+  const listeners: Array<() => void> = [
+    client.events.on('acquired', (event: LockEventMap['acquired']) => {
+      const base = attributes(event.kind, event.name, event.slot);
+      instruments.acquireWait.record(event.waitedMs, { ...base, [ATTRIBUTES.outcome]: 'acquired' });
+      if (!event.reentered) {
+        held.set(holdKey(event.kind, event.name, event.slot, event.fencingToken), base);
+        instruments.held.add(1, base);
+      }
+      const spanAttributes: Attributes = {
+        ...base,
+        [ATTRIBUTES.outcome]: 'acquired',
+        [ATTRIBUTES.waitMs]: event.waitedMs,
+        [ATTRIBUTES.attempts]: event.attempts,
+        [ATTRIBUTES.fencingToken]: event.fencingToken.toString(),
+        [ATTRIBUTES.ttlMs]: event.ttlMs,
+      };
+      if (event.reentered) spanAttributes[ATTRIBUTES.reentered] = true;
+      const end = now();
+      pastSpan(tracer, SPANS.acquire, end, event.waitedMs, spanAttributes).end(end);
+    }),
+    client.events.on('acquire-failed', (event: LockEventMap['acquire-failed']) => {
+      const base = attributes(event.kind, event.name, undefined);
+      const outcome = OUTCOMES[event.outcome];
+      instruments.acquireWait.record(event.waitedMs, { ...base, [ATTRIBUTES.outcome]: outcome });
+      const spanAttributes: Attributes = {
+        ...base,
+        [ATTRIBUTES.outcome]: outcome,
+        [ATTRIBUTES.waitMs]: event.waitedMs,
+        [ATTRIBUTES.attempts]: event.attempts,
+      };
+      if (event.reason !== undefined) spanAttributes[ATTRIBUTES.reason] = event.reason;
+      const end = now();
+      const span = pastSpan(tracer, SPANS.acquire, end, event.waitedMs, spanAttributes);
+      if (outcome === 'error') failed(span, event.error);
+      span.end(end);
+    }),
+    client.events.on('released', (event: LockEventMap['released']) => {
+      const lost = event.result === 'not-found';
+      const base = endHold(event, event.heldMs, lost ? 'lost' : 'released');
+      // The service had nothing of this grant left: the lock was taken from it before the release (release()
+      // rejects with a LockLostError, reason `rejected`), and the core emits no `lost` event for it.
+      if (lost) instruments.losses.add(1, { ...base, [ATTRIBUTES.reason]: 'rejected' });
+      const end = now();
+      const span = pastSpan(tracer, SPANS.release, end, event.releaseMs, {
+        ...base,
+        [ATTRIBUTES.fencingToken]: event.fencingToken.toString(),
+        [ATTRIBUTES.heldMs]: event.heldMs,
+        [ATTRIBUTES.releaseResult]: event.result,
+      });
+      if (event.result === 'failed') failed(span, event.error);
+      span.end(end);
+    }),
+    client.events.on('lost', (event: LockEventMap['lost']) => {
+      const base = endHold(event, event.heldMs, 'lost');
+      instruments.losses.add(1, { ...base, [ATTRIBUTES.reason]: event.reason });
+    }),
+    client.events.on('renewed', (event: LockEventMap['renewed']) => {
+      instruments.renewals.add(1, attributes(event.kind, event.name, event.slot));
+    }),
+    client.events.on('renew-failed', (event: LockEventMap['renew-failed']) => {
+      instruments.renewalFailures.add(1, attributes(event.kind, event.name, event.slot));
+    }),
+  ];
+
+  let active = true;
+  const stop = (): void => {
+    if (!active) return;
+    active = false;
+    for (const off of listeners) off();
+    for (const counted of held.values()) instruments.held.add(-1, counted);
+    held.clear();
+  };
+  return Object.assign(stop, { [Symbol.dispose]: stop });
+}
+
+/** One grant: a fencing token is unique per lock name, and per slot for a permit. */
+function holdKey(kind: LockKind, name: string, slot: number | undefined, fencingToken: bigint): string {
+  return `${kind}\u0000${slot ?? ''}\u0000${fencingToken}\u0000${name}`;
+}
+
+/**
+ * A span for something that just ended and lasted `durationMs` (end it at `endTime`): events arrive at the end and
+ * say how long it took. It is a child of the context active where the event was emitted: the acquiring or
+ * releasing caller's.
+ */
+function pastSpan(
+  tracer: Tracer,
+  name: string,
+  endTime: number,
+  durationMs: number,
+  attributes: Attributes,
+): Span {
+  return tracer.startSpan(
+    name,
+    { kind: SpanKind.INTERNAL, startTime: endTime - durationMs, attributes },
+    context.active(),
+  );
+}
+
+/** Marks a span failed with the error the call ended with. */
+function failed(span: Span, error: unknown): void {
+  if (error instanceof Error) span.recordException(error);
+  span.setStatus({
+    code: SpanStatusCode.ERROR,
+    message: error instanceof Error ? error.message : String(error),
+  });
+}

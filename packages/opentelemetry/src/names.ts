@@ -1,0 +1,52 @@
+/**
+ * The instrument and attribute names this package records, for dashboards and alerts. Durations are in
+ * milliseconds; counts are of holds (`{hold}`) or events.
+ */
+export const METRICS = {
+  /** Histogram, ms: from the acquire call to its end, by `dlock.outcome`. */
+  acquireWait: 'dlock.acquire.wait',
+  /** Histogram, ms: from the grant to `release()` or to the loss being noticed, by `dlock.hold.end`. */
+  holdDuration: 'dlock.hold.duration',
+  /** Up-down counter: handles held right now by the instrumented clients. */
+  held: 'dlock.held',
+  /** Counter: handles lost, by `dlock.reason`. */
+  losses: 'dlock.losses',
+  /** Counter: renewals the service confirmed. */
+  renewals: 'dlock.renewals',
+  /** Counter: renewals that failed (each retry counts; the handle is lost when the budget or window runs out). */
+  renewalFailures: 'dlock.renewal.failures',
+} as const;
+
+export const SPANS = {
+  acquire: 'dlock.acquire',
+  release: 'dlock.release',
+} as const;
+
+export const ATTRIBUTES = {
+  /** `lock` or `permit` (an election's leadership is a lock). */
+  kind: 'dlock.kind',
+  /** An acquire's outcome: `acquired`, `timeout`, `aborted` or `error`. */
+  outcome: 'dlock.outcome',
+  /** Why a handle was lost (`expired`, `unreachable`, `rejected`), or why a budget ran out (acquire spans). */
+  reason: 'dlock.reason',
+  /** How a hold ended: `released` or `lost`. */
+  holdEnd: 'dlock.hold.end',
+  /** The lock's (or semaphore's) name as `nameAttribute` mapped it; absent unless that option is given. */
+  name: 'dlock.name',
+  /** A permit's slot; only beside `dlock.name`. */
+  slot: 'dlock.slot',
+  /** Spans: the fencing token, as a decimal string (tokens are 64-bit and outgrow a double). */
+  fencingToken: 'dlock.fencing_token',
+  /** Spans: ms the acquire waited. */
+  waitMs: 'dlock.wait_ms',
+  /** Spans: requests the acquire sent to the service. */
+  attempts: 'dlock.attempts',
+  /** Acquire spans: the already-held handle was returned (reentrancy). */
+  reentered: 'dlock.reentered',
+  /** Acquire spans: the TTL the service granted, ms. */
+  ttlMs: 'dlock.ttl_ms',
+  /** Release spans: ms the handle was held. */
+  heldMs: 'dlock.held_ms',
+  /** Release spans: `deleted`, `not-found` (the lock had been taken from it) or `failed` (service not told). */
+  releaseResult: 'dlock.release.result',
+} as const;

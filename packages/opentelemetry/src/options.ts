@@ -1,0 +1,69 @@
+import { InvalidArgumentError, systemClock } from '@dlock/core';
+import { rejectUnknownKeys } from '@dlock/core/adapter';
+import { type MeterProvider, metrics, type TracerProvider, trace } from '@opentelemetry/api';
+
+export interface InstrumentOptions {
+  /** Where the metrics go. Default: the global provider (`metrics.getMeterProvider()`). */
+  readonly meterProvider?: MeterProvider;
+  /** Where the spans go. Default: the global provider (`trace.getTracerProvider()`). */
+  readonly tracerProvider?: TracerProvider;
+  /**
+   * Lock names are user data, and a name per job or per record would make a new time series each: by default no
+   * attribute carries the name. Given, it maps a name to the `dlock.name` attribute (e.g. `invoice:42` →
+   * `invoice`), or to `undefined` to leave it out for that name. Keep its range small. To record raw names, pass
+   * `(name) => name` and own the cardinality.
+   */
+  readonly nameAttribute?: (name: string) => string | undefined;
+  /**
+   * The wall clock for span timestamps (`now()`, epoch ms): the same clock the client was given, so a span's length
+   * is exactly the event's `waitedMs` or `releaseMs`. Default: the system clock.
+   */
+  readonly clock?: { now(): number };
+}
+
+export interface ResolvedOptions {
+  readonly meterProvider: MeterProvider;
+  readonly tracerProvider: TracerProvider;
+  readonly nameAttribute: ((name: string) => string | undefined) | undefined;
+  readonly now: () => number;
+}
+
+const KEYS = ['meterProvider', 'tracerProvider', 'nameAttribute', 'clock'];
+
+function hasMethod(value: unknown, method: string): boolean {
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    typeof (value as Record<string, unknown>)[method] === 'function'
+  );
+}
+
+export function resolveOptions(options: InstrumentOptions | undefined): ResolvedOptions {
+  if (options === undefined) options = {};
+  if (typeof options !== 'object' || options === null) {
+    throw new InvalidArgumentError('options', 'must be an object');
+  }
+  rejectUnknownKeys(options, 'options', KEYS);
+  const { meterProvider, tracerProvider, nameAttribute, clock } = options;
+  if (meterProvider !== undefined && !hasMethod(meterProvider, 'getMeter')) {
+    throw new InvalidArgumentError('options.meterProvider', 'must be a MeterProvider (getMeter)');
+  }
+  if (tracerProvider !== undefined && !hasMethod(tracerProvider, 'getTracer')) {
+    throw new InvalidArgumentError('options.tracerProvider', 'must be a TracerProvider (getTracer)');
+  }
+  if (nameAttribute !== undefined && typeof nameAttribute !== 'function') {
+    throw new InvalidArgumentError(
+      'options.nameAttribute',
+      'must be a function from a lock name to an attribute value (or undefined); raw names are opt-in: (name) => name',
+    );
+  }
+  if (clock !== undefined && !hasMethod(clock, 'now')) {
+    throw new InvalidArgumentError('options.clock', 'must have now() (epoch ms)');
+  }
+  return {
+    meterProvider: meterProvider ?? metrics.getMeterProvider(),
+    tracerProvider: tracerProvider ?? trace.getTracerProvider(),
+    nameAttribute,
+    now: clock === undefined ? () => systemClock.now() : () => clock.now(),
+  };
+}

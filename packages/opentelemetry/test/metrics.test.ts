@@ -1,0 +1,164 @@
+import { AcquireTimeoutError, ClientClosedError, LockLostError, TransportError } from '@dlock/core';
+import { describe, expect, it, vi } from 'vitest';
+import { ATTRIBUTES as A, METRICS as M } from '../src/index.js';
+import { outcome, setup } from './otel.js';
+
+const TTL = 3_000;
+const lock = { [A.kind]: 'lock' };
+
+describe('acquire wait', () => {
+  it('an acquire that gets its handle: outcome acquired, the wait in ms', async () => {
+    const { client, other, clock, histogram } = setup();
+    const first = await other.acquire('a', { ttlMs: TTL });
+    const call = outcome(client.acquire('a', { ttlMs: TTL, waitMs: 5_000 }));
+    await clock.advance(250);
+    await first.release();
+    await vi.waitFor(() => expect(call.done).toBe(true));
+    expect(call.value?.state).toBe('held');
+    const [point] = await histogram(M.acquireWait);
+    expect(point?.attributes).toEqual({ ...lock, [A.outcome]: 'acquired' });
+    expect(point?.value).toMatchObject({ count: 1, sum: 250 });
+  });
+
+  it('a budget that runs out: outcome timeout; tryAcquire on a busy lock too', async () => {
+    const { client, other, clock, histogram } = setup();
+    await other.acquire('a', { ttlMs: 60_000 });
+    const call = outcome(client.acquire('a', { ttlMs: TTL, waitMs: 500 }));
+    await clock.advance(500);
+    expect(call.error).toBeInstanceOf(AcquireTimeoutError);
+    expect(await client.tryAcquire('a', { ttlMs: TTL })).toBeNull();
+    const points = await histogram(M.acquireWait);
+    expect(points).toHaveLength(1);
+    expect(points[0]?.attributes).toEqual({ ...lock, [A.outcome]: 'timeout' });
+    expect(points[0]?.value).toMatchObject({ count: 2, sum: 500, min: 0, max: 500 });
+  });
+
+  it("the caller's signal and close(): outcome aborted", async () => {
+    const { client, other, clock, histogram } = setup();
+    await other.acquire('a', { ttlMs: 60_000 });
+    const controller = new AbortController();
+    const aborted = outcome(client.acquire('a', { ttlMs: TTL, waitMs: 5_000, signal: controller.signal }));
+    await clock.advance(100);
+    controller.abort(new Error('gave up'));
+    const closed = outcome(client.acquire('a', { ttlMs: TTL, waitMs: 5_000 }));
+    await clock.advance(300);
+    await client.close();
+    await clock.advance(0);
+    expect(aborted.error).toEqual(new Error('gave up'));
+    expect(closed.error).toBeInstanceOf(ClientClosedError);
+    const points = await histogram(M.acquireWait);
+    expect(points).toHaveLength(1);
+    expect(points[0]?.attributes).toEqual({ ...lock, [A.outcome]: 'aborted' });
+    expect(points[0]?.value).toMatchObject({ count: 2, sum: 400 });
+  });
+
+  it('a service that cannot be reached: outcome error', async () => {
+    const { client, faulty, histogram } = setup();
+    faulty.partition('fail');
+    await expect(client.acquire('a', { ttlMs: TTL })).rejects.toBeInstanceOf(TransportError);
+    const points = await histogram(M.acquireWait);
+    expect(points.map((p) => p.attributes)).toEqual([{ ...lock, [A.outcome]: 'error' }]);
+  });
+});
+
+describe('holds', () => {
+  it('held goes up on a grant and down on release; the hold duration runs to release()', async () => {
+    const { client, clock, points, histogram } = setup();
+    const a = await client.acquire('a', { ttlMs: TTL });
+    const b = await client.acquire('b', { ttlMs: TTL });
+    expect(await points(M.held)).toEqual([{ attributes: lock, value: 2 }]);
+    await clock.advance(1_200);
+    await a.release();
+    expect(await points(M.held)).toEqual([{ attributes: lock, value: 1 }]);
+    await b.release();
+    expect(await points(M.held)).toEqual([{ attributes: lock, value: 0 }]);
+    const [hold] = await histogram(M.holdDuration);
+    expect(hold?.attributes).toEqual({ ...lock, [A.holdEnd]: 'released' });
+    expect(hold?.value).toMatchObject({ count: 2, sum: 2_400 });
+  });
+
+  it('a reentrant acquire counts as an acquire, not as another hold', async () => {
+    const { client, points, histogram } = setup();
+    const outer = await client.acquire('a', { ttlMs: TTL, reentrant: true });
+    const inner = await client.acquire('a', { ttlMs: TTL, reentrant: true });
+    expect(inner).toBe(outer);
+    expect(await points(M.held)).toEqual([{ attributes: lock, value: 1 }]);
+    expect((await histogram(M.acquireWait))[0]?.value.count).toBe(2);
+    await inner.release();
+    expect(await points(M.held)).toEqual([{ attributes: lock, value: 1 }]);
+    await outer.release();
+    expect(await points(M.held)).toEqual([{ attributes: lock, value: 0 }]);
+  });
+
+  it('renewals count while held; failures count each failed renewal; a loss counts by reason', async () => {
+    const { client, faulty, clock, points, histogram } = setup();
+    const handle = await client.acquire('a', { ttlMs: TTL });
+    await clock.advance(2 * TTL);
+    const renewals = (await points(M.renewals))[0];
+    expect(renewals?.attributes).toEqual(lock);
+    expect(renewals?.value).toBeGreaterThanOrEqual(4);
+    expect(await points(M.renewalFailures)).toEqual([]);
+    faulty.partition('fail');
+    await clock.advance(2 * TTL);
+    expect(handle.state).toBe('lost');
+    const failures = (await points(M.renewalFailures))[0];
+    expect(failures?.attributes).toEqual(lock);
+    expect(failures?.value).toBeGreaterThanOrEqual(1);
+    expect(await points(M.losses)).toEqual([
+      { attributes: { ...lock, [A.reason]: 'unreachable' }, value: 1 },
+    ]);
+    expect(await points(M.held)).toEqual([{ attributes: lock, value: 0 }]);
+    const holds = await histogram(M.holdDuration);
+    expect(holds.map((p) => p.attributes)).toEqual([{ ...lock, [A.holdEnd]: 'lost' }]);
+    expect(holds[0]?.value.sum).toBeGreaterThan(2 * TTL);
+  });
+
+  it('a release the service found nothing for is a loss (reason rejected), as release() says', async () => {
+    const { client, memory, points, histogram } = setup();
+    const handle = await client.acquire('a', { ttlMs: TTL });
+    vi.spyOn(memory, 'release').mockResolvedValueOnce(false);
+    await expect(handle.release()).rejects.toBeInstanceOf(LockLostError);
+    expect(await points(M.losses)).toEqual([{ attributes: { ...lock, [A.reason]: 'rejected' }, value: 1 }]);
+    expect(await points(M.held)).toEqual([{ attributes: lock, value: 0 }]);
+    expect((await histogram(M.holdDuration)).map((p) => p.attributes)).toEqual([
+      { ...lock, [A.holdEnd]: 'lost' },
+    ]);
+  });
+
+  it('a lease granted once (renew: false) that runs out: lost, reason expired', async () => {
+    const { client, clock, points } = setup();
+    await client.acquire('a', { ttlMs: TTL, renew: false });
+    await clock.advance(TTL);
+    expect(await points(M.losses)).toEqual([{ attributes: { ...lock, [A.reason]: 'expired' }, value: 1 }]);
+    expect(await points(M.renewals)).toEqual([]);
+  });
+});
+
+describe('permits and leaderships', () => {
+  it('permits carry kind permit (no slot without the name attribute); a timeout is no-free-permit', async () => {
+    const { client, other, clock, points, histogram } = setup();
+    await other.semaphore('pool', { permits: 2, ttlMs: TTL }).acquire();
+    const pool = client.semaphore('pool', { permits: 2, ttlMs: TTL });
+    const permit = await pool.acquire();
+    const permitAttrs = { [A.kind]: 'permit' };
+    expect(await points(M.held)).toEqual([{ attributes: permitAttrs, value: 1 }]);
+    const waiting = outcome(pool.acquire({ waitMs: 200 }));
+    await clock.advance(TTL);
+    expect(waiting.error).toBeInstanceOf(AcquireTimeoutError);
+    expect((await points(M.renewals))[0]?.attributes).toEqual(permitAttrs);
+    await permit.release();
+    expect(await points(M.held)).toEqual([{ attributes: permitAttrs, value: 0 }]);
+    expect((await histogram(M.acquireWait)).map((p) => [p.attributes, p.value.count])).toEqual([
+      [{ ...permitAttrs, [A.outcome]: 'acquired' }, 1],
+      [{ ...permitAttrs, [A.outcome]: 'timeout' }, 1],
+    ]);
+  });
+
+  it('a leadership is a lock: held while leading, released on resign', async () => {
+    const { client, points } = setup();
+    const leadership = await client.election('primary', { ttlMs: TTL }).campaign();
+    expect(await points(M.held)).toEqual([{ attributes: lock, value: 1 }]);
+    await leadership.resign();
+    expect(await points(M.held)).toEqual([{ attributes: lock, value: 0 }]);
+  });
+});
