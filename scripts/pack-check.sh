@@ -17,7 +17,7 @@ cat >package.json <<'JSON'
 { "name": "pack-check", "private": true, "type": "module" }
 JSON
 # Peers the smoke test needs come from the registry, as they would for a user.
-npm install --no-audit --no-fund --loglevel=error "$work"/tarballs/*.tgz pg@8 kysely@0.28 redis@5 etcd3@1 node-zookeeper-client@1 "typescript@$(node -p "require('$root/node_modules/typescript/package.json').version")" @types/node@20 @types/pg@8 >/dev/null
+npm install --no-audit --no-fund --loglevel=error "$work"/tarballs/*.tgz @opentelemetry/api@1 pg@8 kysely@0.28 redis@5 etcd3@1 node-zookeeper-client@1 "typescript@$(node -p "require('$root/node_modules/typescript/package.json').version")" @types/node@20 @types/pg@8 >/dev/null
 
 cp "$root/scripts/pack-check/smoke.ts" "$root/scripts/pack-check/adapters.ts" .
 # The root README's example, exactly as written there, compiled and run like the rest.

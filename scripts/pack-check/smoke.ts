@@ -3,6 +3,7 @@
 import { isDLockError, LockClient, MemoryLockService } from '@dlock/core';
 import { fenced } from '@dlock/fencing-kysely';
 import { FencingGate, StaleFencingTokenError } from '@dlock/fencing-pg';
+import { instrument, METRICS } from '@dlock/opentelemetry';
 import { FakeClock, FencedStore } from '@dlock/testing';
 import { Kysely, PostgresDialect } from 'kysely';
 import pg from 'pg';
@@ -18,6 +19,23 @@ const error = await client.acquire('', { ttlMs: 1_000 }).catch((e: unknown) => e
 if (!isDLockError(error) || error.code !== 'INVALID_ARGUMENT') throw new Error('expected INVALID_ARGUMENT');
 await client.close();
 console.log('pack-check: @dlock/core and @dlock/testing install and work on their own');
+
+// @dlock/opentelemetry with only its peer @opentelemetry/api (no SDK: the global no-op providers).
+const observed = new LockClient(new MemoryLockService({ clock }), { clock });
+const uninstrument = instrument(observed, { nameAttribute: (name) => name.split(':')[0] });
+await (await observed.acquire('smoke:1', { ttlMs: 1_000 })).release();
+const badOption = (() => {
+  try {
+    instrument(observed, { nameAttribute: true as never });
+  } catch (e) {
+    return e;
+  }
+})();
+if (!isDLockError(badOption) || badOption.code !== 'INVALID_ARGUMENT')
+  throw new Error('expected INVALID_ARGUMENT');
+uninstrument[Symbol.dispose]();
+await observed.close();
+console.log(`pack-check: @dlock/opentelemetry installs and instruments a client (${METRICS.acquireWait}, …)`);
 
 // The fencing gates, each on its own, against the local PostgreSQL when one answers (CI always has one).
 
