@@ -29,9 +29,24 @@ export interface PgListenClientLike {
   end?(): Promise<void> | void;
 }
 
-/** A `pg.Pool` (or anything with its `query` and `connect`): each statement runs on whichever connection is free. */
+/**
+ * A statement as the service sends it to a pool: pg's query config, named when statements are prepared, and with
+ * pg's `query_timeout` (the pool destroys a connection whose statement ran past it).
+ */
+export interface PgQueryConfigLike {
+  readonly name?: string;
+  readonly text: string;
+  readonly values: unknown[];
+  readonly query_timeout: number;
+}
+
+/**
+ * A `pg.Pool` (or anything with its `query` and `connect`): each statement runs on whichever connection is free.
+ * Statements arrive as a config object ({@link PgQueryConfigLike}), DDL as a string.
+ */
 export interface PgPoolLike {
   query(text: string, values?: unknown[]): Promise<PgQueryResultLike>;
+  query(config: PgQueryConfigLike): Promise<PgQueryResultLike>;
   connect(): Promise<PgListenClientLike>;
 }
 

@@ -7,6 +7,7 @@ import {
   type PgListenClientLike,
   type PgNotificationLike,
   type PgPoolLike,
+  type PgQueryConfigLike,
   type PgQueryResultLike,
 } from './client-like.js';
 import { transportError } from './errors.js';
@@ -28,12 +29,13 @@ export interface QueryOptions {
   readonly onSettled?: () => void;
 }
 
-/** A named statement for pg's `query(config)`. */
-interface PgQueryConfigLike {
-  readonly name: string;
-  readonly text: string;
-  readonly values: unknown[];
-}
+/**
+ * A connection whose statement has not answered for this many times the statement's bound is given up on (pg fails
+ * the statement and the pool destroys the connection). Its bytes may be lost for good (a cut-off or blackholed
+ * socket stays open without an error): kept, it would hold its place in the pool and queue every later statement on
+ * it, and the pool would never recover. Twice the bound leaves a slow but live statement room to finish.
+ */
+const DEAD_CONNECTION_BOUNDS = 2;
 
 /** The one connection a service listens on, while it listens. */
 export interface Listening {
@@ -99,7 +101,7 @@ export class Database {
     const { onSettled } = options;
     return boundedCall(
       () => {
-        const sent = this.#send(text, values);
+        const sent = this.#send(text, values, timeoutMs);
         if (onSettled) sent.then(onSettled, onSettled);
         return sent.then(
           (result) => result.rows as readonly Row[],
@@ -119,19 +121,29 @@ export class Database {
     );
   }
 
-  #send(text: string, values: readonly unknown[]): Promise<PgQueryResultLike> {
+  #send(text: string, values: readonly unknown[], timeoutMs: number): Promise<PgQueryResultLike> {
+    const pool = this.#pool;
+    if (isPGlite(pool)) return pool.query(text, values as unknown[]);
     const names = this.#names;
-    if (!names) return this.#pool.query(text, values as unknown[]);
-    let name = names.get(text);
-    if (name === undefined) {
-      // Named by a hash of the text: two services with other tables on one pool never reuse a name for another text.
-      name = `dlock_${createHash('sha1').update(text).digest('hex').slice(0, 16)}`;
-      names.set(text, name);
+    let name: string | undefined;
+    if (names) {
+      name = names.get(text);
+      if (name === undefined) {
+        // Named by a hash of the text: two services with other tables on one pool never reuse a name for another
+        // text.
+        name = `dlock_${createHash('sha1').update(text).digest('hex').slice(0, 16)}`;
+        names.set(text, name);
+      }
     }
-    // pg's query also takes a config object; with a name it is a prepared statement, parsed and planned once per
-    // connection.
-    const query = this.#pool.query as unknown as (config: PgQueryConfigLike) => Promise<PgQueryResultLike>;
-    return query.call(this.#pool, { name, text, values: values as unknown[] });
+    // With a name it is a prepared statement, parsed and planned once per connection; query_timeout is counted from
+    // when the statement is written to its connection, so time spent waiting for a free connection is not in it.
+    const config: PgQueryConfigLike = {
+      ...(name === undefined ? {} : { name }),
+      text,
+      values: values as unknown[],
+      query_timeout: DEAD_CONNECTION_BOUNDS * timeoutMs,
+    };
+    return pool.query(config);
   }
 
   /** Several statements without parameters, as one implicit transaction (the simple query protocol). */

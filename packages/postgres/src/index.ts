@@ -3,6 +3,7 @@ export type {
   PgListenClientLike,
   PgNotificationLike,
   PgPoolLike,
+  PgQueryConfigLike,
   PgQueryResultLike,
 } from './client-like.js';
 export { PostgresServiceClosedError } from './errors.js';

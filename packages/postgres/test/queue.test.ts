@@ -176,9 +176,10 @@ describe('undo', () => {
     let delayMs = 0;
     // The acquire statement reaches the server only after the caller gave up on it, and then commits its grant.
     const slow = {
-      query: async (text: string, values?: unknown[]) => {
-        if (delayMs > 0 && text.startsWith('WITH now')) await sleep(delayMs);
-        return pool.query(text, values);
+      // The service sends a config object ({ text, values, query_timeout }).
+      query: async (query: pg.QueryConfig) => {
+        if (delayMs > 0 && query.text.startsWith('WITH now')) await sleep(delayMs);
+        return pool.query(query);
       },
       connect: () => pool.connect(),
     } as unknown as pg.Pool;
