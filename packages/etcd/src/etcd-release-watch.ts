@@ -5,8 +5,7 @@ import type {
   WatchRequestLike,
   WatchResponseLike,
 } from './client-like.js';
-import { closeStream } from './keep-alive-channel.js';
-import { type EtcdRequests, later } from './requests.js';
+import { closeStream, type EtcdRequests, later } from './requests.js';
 
 type WatchStream = DuplexStreamLike<WatchRequestLike, WatchResponseLike>;
 

@@ -3,7 +3,7 @@ import type { Clock } from '@dlock/core';
 import { unlessAborted } from '@dlock/core/adapter';
 import type { LeaseClientLike } from './client-like.js';
 import { EtcdServiceClosedError, isLeaseNotFound } from './errors.js';
-import { KeepAliveChannel } from './keep-alive-channel.js';
+import { KeepAliveChannel } from './etcd-session-keepalive.js';
 import { type EtcdRequests, later } from './requests.js';
 
 export interface KeepAliveOutcome {

@@ -58,3 +58,21 @@ export function later(clock: Clock, ms: number, fn: () => void): () => void {
   clock.sleep(ms, cancel.signal, { unref: true }).then(fn, () => {});
   return () => cancel.abort();
 }
+
+/**
+ * Half-closes, then cancels. The order matters with `etcd3`: a stream that errors while still writable makes it
+ * mark the whole host failed and reset every channel to it; after `end()` the cancellation is quiet.
+ */
+export function closeStream(stream: {
+  end(): void;
+  cancel(): void;
+  on(event: 'error', fn: () => void): unknown;
+}): void {
+  try {
+    stream.on('error', () => {});
+    stream.end();
+    stream.cancel();
+  } catch {
+    // already closed
+  }
+}

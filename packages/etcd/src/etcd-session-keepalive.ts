@@ -1,7 +1,7 @@
 import type { CallDeadlines } from '@dlock/core/adapter';
 import type { DuplexStreamLike, LeaseClientLike, LeaseKeepAliveResponseLike } from './client-like.js';
 import { transportError } from './errors.js';
-import { type EtcdRequests, later } from './requests.js';
+import { closeStream, type EtcdRequests, later } from './requests.js';
 
 type KeepAliveStream = DuplexStreamLike<{ ID?: string }, LeaseKeepAliveResponseLike>;
 
@@ -26,7 +26,8 @@ interface Generation {
 const IDLE_CLOSE_MS = 2_000;
 
 /**
- * Single keep-alive round trips over one shared `LeaseKeepAlive` stream. Each request has its own deadline. When a
+ * The session's keep-alive transport (part of the session role: only `EtcdSession` uses it): single keep-alive
+ * round trips over one shared `LeaseKeepAlive` stream. Each request has its own deadline. When a
  * request times out, the whole stream is discarded and every request on it fails: answers on a stream that stalled
  * could otherwise be matched to later requests, and a keep-alive answer must never be credited to a request sent
  * after it. `etcd3`'s own `Lease` keep-alive state is not used at all (it reports loss only after about 2×TTL).
@@ -154,23 +155,5 @@ export class KeepAliveChannel {
       pending.reject(error);
     }
     if (generation.stream) closeStream(generation.stream);
-  }
-}
-
-/**
- * Half-closes, then cancels. The order matters with `etcd3`: a stream that errors while still writable makes it
- * mark the whole host failed and reset every channel to it; after `end()` the cancellation is quiet.
- */
-export function closeStream(stream: {
-  end(): void;
-  cancel(): void;
-  on(event: 'error', fn: () => void): unknown;
-}): void {
-  try {
-    stream.on('error', () => {});
-    stream.end();
-    stream.cancel();
-  } catch {
-    // already closed
   }
 }

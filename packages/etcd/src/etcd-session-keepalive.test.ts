@@ -3,7 +3,7 @@ import { TransportError } from '@dlock/core';
 import { FakeClock } from '@dlock/testing';
 import { beforeEach, describe, expect, it } from 'vitest';
 import type { LeaseClientLike, LeaseKeepAliveResponseLike } from './client-like.js';
-import { KeepAliveChannel } from './keep-alive-channel.js';
+import { KeepAliveChannel } from './etcd-session-keepalive.js';
 import { EtcdRequests } from './requests.js';
 
 /** A stand-in for the gRPC duplex stream: records writes, and the test plays etcd's answers. */
