@@ -20,6 +20,7 @@ import {
 } from './errors.js';
 import { type AcquireFailure, handleEventBase, LockEvents } from './events.js';
 import { Handle, type HandleHost, type LockHandle } from './handle.js';
+import { checkedLockInfo, checkedPermitsInfo } from './inspection.js';
 import {
   type AcquireOptions,
   type LockClientOptions,
@@ -34,7 +35,16 @@ import { PendingCallHold } from './pending-hold.js';
 import { RenewalScheduler } from './renewal-scheduler.js';
 import { resolveSemaphoreOptions } from './semaphore/options.js';
 import { type Permit, Semaphore, type SemaphoreHost, type SemaphoreOptions } from './semaphore/semaphore.js';
-import type { AcquireRequest, AcquireResult, Grant, Lease, LockService, PermitRequest } from './service.js';
+import type {
+  AcquireRequest,
+  AcquireResult,
+  Grant,
+  Lease,
+  LockInfo,
+  LockService,
+  PermitRequest,
+  PermitsInfo,
+} from './service.js';
 import { admissionMarginMs, fullJitterBackoff, jitter, renewIntervalMs, validUntil } from './timing.js';
 import { linkSignals, WakeSignal } from './wake-signal.js';
 
@@ -142,13 +152,22 @@ export class LockClient {
       },
     };
     this.#semaphoreHost = {
-      acquirePermit: (name, permits, opts, orNull) =>
-        this.#acquire(name, opts, orNull, permits) as Promise<Permit | null>,
+      acquirePermit: (name, permits, opts, orNull) => {
+        if (opts.metadata !== undefined && typeof this.#service.inspectPermits !== 'function') {
+          return Promise.reject(
+            new UnsupportedError(
+              'options.metadata needs a service that can return it (LockService.inspectPermits)',
+            ),
+          );
+        }
+        return this.#acquire(name, opts, orNull, permits) as Promise<Permit | null>;
+      },
       available: (name, permits) =>
         this.#electionHost.call(
           () => this.#service.availablePermits!(name, permits),
           `available permits of "${name}"`,
         ),
+      inspect: (name, permits) => this.#inspectPermits(name, permits),
       withHandle: (handle, fn) => this.#withHandle(handle, fn),
     };
     this.#host = {
@@ -197,6 +216,46 @@ export class LockClient {
       );
     }
     return new Semaphore(semaphoreName, opts, this.#semaphoreHost);
+  }
+
+  /**
+   * Who holds `name` right now, read from the service (never from this client's own handles): `held`, and for a held
+   * lock the holder's `ownerId` (its client's {@link LockClient.ownerId}), `fencingToken`, `expiresInMs` by the
+   * service's clock and the `metadata` it acquired with; `waiters` where the service queues and can count them.
+   * Advisory: the answer may be stale the moment it arrives. Settles within `operationTimeoutMs` and keeps the process
+   * alive until it does. Rejects with `UnsupportedError` on a service without `inspect`, `InvalidArgumentError` for a
+   * bad name, `ClientClosedError` after `close()`, `TransportError` when the service cannot be reached.
+   */
+  inspect(name: string): Promise<LockInfo> {
+    let lockName: string;
+    try {
+      this.#assertOpen();
+      lockName = validateName(name);
+      if (typeof this.#service.inspect !== 'function') {
+        throw new UnsupportedError('inspect needs a service that reports its holders (LockService.inspect)');
+      }
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return this.#electionHost
+      .call(() => this.#service.inspect!(lockName), `inspect "${lockName}"`)
+      .then((info) => checkedLockInfo(info, lockName));
+  }
+
+  #inspectPermits(name: string, permits: number): Promise<PermitsInfo> {
+    try {
+      this.#assertOpen();
+      if (typeof this.#service.inspectPermits !== 'function') {
+        throw new UnsupportedError(
+          'inspecting a semaphore needs a service that reports its permits (LockService.inspectPermits)',
+        );
+      }
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return this.#electionHost
+      .call(() => this.#service.inspectPermits!(name, permits), `inspect permits of "${name}"`)
+      .then((info) => checkedPermitsInfo(info, name, permits));
   }
 
   /** Number of handles this client currently holds. */

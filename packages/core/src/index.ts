@@ -55,7 +55,9 @@ export {
   type LockService,
   MAX_METADATA_BYTES,
   MAX_PERMITS,
+  type PermitHolder,
   type PermitRequest,
+  type PermitsInfo,
   type RenewRequest,
   type RenewResult,
 } from './service.js';

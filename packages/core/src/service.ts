@@ -84,6 +84,8 @@ export const MAX_METADATA_BYTES = 1_024;
 export interface LockInfo {
   /** Someone holds a lease on it that the service has not seen run out. */
   readonly held: boolean;
+  /** The holder's `AcquireRequest.ownerId` (a client's `host:pid:random`), stored with its grant. */
+  readonly ownerId?: string;
   /** The holder's fencing token (an election's epoch). */
   readonly fencingToken?: bigint;
   /** What the holder stored with its grant, or set since with `updateMetadata`. */
@@ -91,6 +93,30 @@ export interface LockInfo {
   /** How long the holder's lease has left by the service's clock, when it knows. */
   readonly expiresInMs?: number;
   /** How many callers queue for it, when the service queues. */
+  readonly waiters?: number;
+}
+
+/** One open permit of a semaphore, as the service sees it right now. */
+export interface PermitHolder {
+  /** The slot it holds, `0 … permits − 1`. */
+  readonly slot: number;
+  /** The holder's `PermitRequest.ownerId`, stored with its grant. */
+  readonly ownerId: string;
+  /** Strictly increasing per slot across holders. */
+  readonly fencingToken: bigint;
+  /** How long its lease has left by the service's clock. */
+  readonly expiresInMs: number;
+  /** What the holder stored with its grant (`PermitRequest.metadata`). */
+  readonly metadata?: string;
+}
+
+/** A semaphore as the service sees it right now. */
+export interface PermitsInfo {
+  /** The limit (the one asked about: a semaphore in use with another limit throws `PermitsMismatchError`). */
+  readonly permits: number;
+  /** The open permits, by slot. */
+  readonly held: readonly PermitHolder[];
+  /** How many callers queue for a permit, when the service knows. */
   readonly waiters?: number;
 }
 
@@ -143,8 +169,9 @@ export interface LockService {
    */
   watchLeases?(onLost: (ownershipTokens: readonly string[]) => void): () => void;
   /**
-   * Optional, needed for elections: the current holder of `name`, read from the service (not from any cache), with
-   * the metadata stored with its grant.
+   * Optional, needed for elections and `LockClient.inspect`: the current holder of `name`, read from the service (not
+   * from any cache), with the owner id and metadata stored with its grant and, where the service queues, the number
+   * of waiters.
    */
   inspect?(name: string): Promise<LockInfo>;
   /**
@@ -178,4 +205,11 @@ export interface LockService {
    * from the service. Throws `PermitsMismatchError` like `acquirePermit`.
    */
   availablePermits?(name: string, permits: number): Promise<number>;
+  /**
+   * Optional, for `Semaphore.inspect` and permit metadata: the open permits of the semaphore `name` (slot, owner id,
+   * fencing token, time left, metadata), by slot, and how many wait, read from the service. A semaphore nobody uses
+   * answers with no holders for any `permits`; one in use with another limit throws `PermitsMismatchError`, like
+   * `availablePermits`.
+   */
+  inspectPermits?(name: string, permits: number): Promise<PermitsInfo>;
 }

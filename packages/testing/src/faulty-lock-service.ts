@@ -7,6 +7,7 @@ import {
   type LockInfo,
   type LockService,
   type PermitRequest,
+  type PermitsInfo,
   type RenewRequest,
   type RenewResult,
   systemClock,
@@ -54,6 +55,8 @@ export class FaultyLockService implements LockService {
   readonly acquirePermit?: (request: PermitRequest) => Promise<AcquireResult>;
   /** Counted as `inspect`: a read of the service. */
   readonly availablePermits?: (name: string, permits: number) => Promise<number>;
+  /** Counted as `inspect`. */
+  readonly inspectPermits?: (name: string, permits: number) => Promise<PermitsInfo>;
 
   constructor(inner: LockService, options: { clock?: Clock } = {}) {
     if (typeof options !== 'object' || options === null) {
@@ -82,6 +85,11 @@ export class FaultyLockService implements LockService {
     const innerAvailable = inner.availablePermits?.bind(inner);
     if (innerAvailable) {
       this.availablePermits = (name, permits) => this.#call('inspect', () => innerAvailable(name, permits));
+    }
+    const innerInspectPermits = inner.inspectPermits?.bind(inner);
+    if (innerInspectPermits) {
+      this.inspectPermits = (name, permits) =>
+        this.#call('inspect', () => innerInspectPermits(name, permits));
     }
     const innerChanges = inner.watchChanges?.bind(inner);
     if (innerChanges) {

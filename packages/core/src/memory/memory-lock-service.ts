@@ -11,12 +11,14 @@ import type {
   LockInfo,
   LockService,
   PermitRequest,
+  PermitsInfo,
   RenewRequest,
   RenewResult,
 } from '../service.js';
 import { MemorySemaphores } from './memory-semaphores.js';
 
 interface Entry {
+  readonly ownerId: string;
   readonly ownershipToken: string;
   readonly fencingToken: bigint;
   expiresAt: number;
@@ -79,11 +81,16 @@ export class MemoryLockService implements LockService {
     return this.#semaphores.available(name, permits);
   }
 
+  async inspectPermits(name: string, permits: number): Promise<PermitsInfo> {
+    return this.#semaphores.inspect(name, permits);
+  }
+
   async acquire(request: AcquireRequest): Promise<AcquireResult> {
     const current = this.#live(request.name);
     if (current) return { acquired: false, holderExpiresInMs: current.expiresAt - this.#clock.monotonic() };
     this.#lastToken += 1n;
     const entry: Entry = {
+      ownerId: request.ownerId,
       ownershipToken: `${this.#tokenPrefix}.${this.#lastToken}`,
       fencingToken: this.#lastToken,
       expiresAt: this.#clock.monotonic() + request.ttlMs,
@@ -121,8 +128,10 @@ export class MemoryLockService implements LockService {
   async inspect(name: string): Promise<LockInfo> {
     const current = this.#live(name);
     if (!current) return { held: false };
+    // No waiters: this service does not queue for locks (core's wait loop retries), so it cannot count them.
     return {
       held: true,
+      ownerId: current.ownerId,
       fencingToken: current.fencingToken,
       expiresInMs: current.expiresAt - this.#clock.monotonic(),
       ...(current.metadata === undefined ? {} : { metadata: current.metadata }),

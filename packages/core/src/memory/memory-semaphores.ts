@@ -1,13 +1,23 @@
 import type { Clock } from '../clock.js';
 import { PermitsMismatchError } from '../errors.js';
 import type { QueueDriver, Standing } from '../queue/queue-driver.js';
-import type { Grant, Lease, PermitRequest, RenewRequest, RenewResult } from '../service.js';
+import type {
+  Grant,
+  Lease,
+  PermitHolder,
+  PermitRequest,
+  PermitsInfo,
+  RenewRequest,
+  RenewResult,
+} from '../service.js';
 import { WakeSignal } from '../wake-signal.js';
 
 interface SlotLease {
+  readonly ownerId: string;
   readonly ownershipToken: string;
   readonly fencingToken: bigint;
   expiresAt: number;
+  readonly metadata: string | undefined;
 }
 
 /** One attempt's place in a semaphore's queue; `granted` is set once it holds a slot. */
@@ -134,6 +144,26 @@ export class MemorySemaphores implements QueueDriver<Claim, Claim> {
     return state.slots.reduce((free, slot) => (slot ? free : free + 1), 0);
   }
 
+  /** The open permits by slot and the queue's length; checks the limit as `available` does. */
+  inspect(name: string, permits: number): PermitsInfo {
+    this.available(name, permits);
+    const state = this.#states.get(name);
+    if (!state) return { permits, held: [], waiters: 0 };
+    const now = this.#clock.monotonic();
+    const held: PermitHolder[] = [];
+    state.slots.forEach((lease, slot) => {
+      if (!lease) return;
+      const holder = {
+        slot,
+        ownerId: lease.ownerId,
+        fencingToken: lease.fencingToken,
+        expiresInMs: lease.expiresAt - now,
+      };
+      held.push(lease.metadata === undefined ? holder : { ...holder, metadata: lease.metadata });
+    });
+    return { permits, held, waiters: state.queue.length };
+  }
+
   /** The semaphore's state, made for this limit when idle; a limit that differs from the stored one is refused. */
   #state(request: PermitRequest): SemaphoreState {
     let state = this.#states.get(request.name);
@@ -154,10 +184,11 @@ export class MemorySemaphores implements QueueDriver<Claim, Claim> {
   #take(state: SemaphoreState, claim: Claim): Grant | undefined {
     const slot = state.slots.indexOf(undefined);
     if (slot < 0) return undefined;
-    const { ttlMs } = claim.request;
+    const { ttlMs, ownerId, metadata } = claim.request;
     const fencingToken = this.#mint();
     const now = this.#clock.monotonic();
-    state.slots[slot] = { ownershipToken: claim.ownershipToken, fencingToken, expiresAt: now + ttlMs };
+    const { ownershipToken } = claim;
+    state.slots[slot] = { ownerId, ownershipToken, fencingToken, expiresAt: now + ttlMs, metadata };
     const queuedMs = now - claim.startedAt;
     claim.granted = { ownershipToken: claim.ownershipToken, fencingToken, ttlMs, slot, queuedMs };
     return claim.granted;

@@ -1,6 +1,7 @@
 import type { LostReason } from '../errors.js';
 import type { LockHandle } from '../handle.js';
 import type { ResolvedAcquireOptions } from '../options.js';
+import type { PermitsInfo } from '../service.js';
 import type { ResolvedSemaphoreOptions } from './options.js';
 import { resolvePermitOptions } from './options.js';
 
@@ -20,7 +21,10 @@ export interface PermitOptions {
   readonly onLost?: (permit: Permit, reason: LostReason) => void;
   /** `false`: a permit granted once for the TTL and left to run out ("at most N per period"). Default true. */
   readonly renew?: boolean;
-  /** A small string stored with the permit (at most 1,024 UTF-8 bytes), on services that can return it. */
+  /**
+   * A small string stored with the permit (at most 1,024 UTF-8 bytes) and returned by `Semaphore.inspect`, e.g.
+   * `host:pid:job`. Needs a service that can return it (`LockService.inspectPermits`): `UnsupportedError` otherwise.
+   */
   readonly metadata?: string;
 }
 
@@ -49,6 +53,7 @@ export interface SemaphoreHost {
     orNull: boolean,
   ): Promise<Permit | null>;
   available(name: string, permits: number): Promise<number>;
+  inspect(name: string, permits: number): Promise<PermitsInfo>;
   withHandle<T>(acquire: () => Promise<Permit>, fn: (permit: Permit) => Promise<T>): Promise<T>;
 }
 
@@ -103,6 +108,17 @@ export class Semaphore {
   /** How many permits are free right now, read from the service (advisory: it may change at once). */
   available(): Promise<number> {
     return this.#host.available(this.name, this.permits);
+  }
+
+  /**
+   * Who holds the semaphore's permits right now, read from the service: `{ permits, held, waiters? }`, `held` by slot,
+   * each with its `slot`, `ownerId` (the holding client's `ownerId`), `fencingToken`, `expiresInMs` by the service's
+   * clock and the `metadata` it acquired with; `waiters` where the service can count them. Advisory, like
+   * {@link available}. Rejects with `PermitsMismatchError` when the semaphore is in use with another `permits`,
+   * `UnsupportedError` on a service without `inspectPermits`, `ClientClosedError` after `close()`.
+   */
+  inspect(): Promise<PermitsInfo> {
+    return this.#host.inspect(this.name, this.permits);
   }
 
   #start(options: PermitOptions | undefined, orNull: boolean): Promise<Permit | null> {

@@ -1,4 +1,5 @@
 export { type ElectionContractOptions, electionContract } from './election-contract.js';
+export { type InspectContractOptions, inspectContract } from './inspect-contract.js';
 export {
   type ContractFault,
   type ContractSubject,
