@@ -25,6 +25,7 @@ const MIN_TTL_MS: Readonly<Record<LockSpec['kind'], number>> = {
   redis: 100,
   etcd: 2_000,
   zookeeper: 4_000,
+  postgres: 100,
 };
 
 export const HELP = `Usage: dlock-demo [options]
@@ -36,6 +37,7 @@ lost) and through @dlock/fencing-kysely (its stale write is rejected and the wor
 
 Backends (default: everything embedded, no server needed):
   --lock <url>          memory (default) | redis://host:6379 | etcd://host:2379 | zk://host:2181
+                        | postgres://user@host:5432/db
                         (or DLOCK_DEMO_LOCK)
   --db <url>            pglite (default, in-process) | postgres://user@host:5432/db   (or DLOCK_DEMO_DB)
 

@@ -5,15 +5,20 @@ export type LockSpec =
   | { readonly kind: 'memory' }
   | { readonly kind: 'redis'; readonly url: string }
   | { readonly kind: 'etcd'; readonly hosts: readonly string[] }
-  | { readonly kind: 'zookeeper'; readonly connectionString: string };
+  | { readonly kind: 'zookeeper'; readonly connectionString: string }
+  | { readonly kind: 'postgres'; readonly url: string };
 
 /** Which database holds the ledger and the fencing marks. */
 export type DbSpec = { readonly kind: 'pglite' } | { readonly kind: 'postgres'; readonly url: string };
 
-const LOCK_SCHEMES = 'memory, redis://host:port, etcd://host:port, zk://host:port';
+const LOCK_SCHEMES =
+  'memory, redis://host:port, etcd://host:port, zk://host:port, postgres://user@host:port/db';
 const DB_SCHEMES = 'pglite, postgres://user@host:port/db';
 
-/** Parses `--lock`: `memory` (the default), `redis://…`, `rediss://…`, `etcd://h:p[,h:p]`, `zk://h:p[,h:p][/chroot]`. */
+/**
+ * Parses `--lock`: `memory` (the default), `redis://…`, `rediss://…`, `etcd://h:p[,h:p]`, `zk://h:p[,h:p][/chroot]`,
+ * `postgres://…` / `postgresql://…`.
+ */
 export function parseLockUrl(text: string): LockSpec {
   const value = text.trim();
   if (value === '' || value === 'memory' || value === 'memory:' || value === 'memory://')
@@ -40,6 +45,12 @@ export function parseLockUrl(text: string): LockSpec {
         throw new UsageError(`--lock: bad ZooKeeper chroot "${chroot}" (expected e.g. /dlock)`);
       }
       return { kind: 'zookeeper', connectionString: hostList(value, scheme, 2181).join(',') + chroot };
+    }
+    case 'postgres':
+    case 'postgresql': {
+      const url = parseUrl(value, '--lock');
+      requireHost(url, '--lock', value);
+      return { kind: 'postgres', url: value };
     }
     default:
       throw new UsageError(`--lock: unsupported scheme "${scheme}:" (use ${LOCK_SCHEMES})`);
@@ -71,6 +82,8 @@ export function describeLock(spec: LockSpec): string {
       return `etcd ${spec.hosts.join(',')}`;
     case 'zookeeper':
       return `ZooKeeper ${spec.connectionString}`;
+    case 'postgres':
+      return `PostgreSQL ${redact(spec.url)}`;
   }
 }
 

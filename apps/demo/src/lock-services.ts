@@ -26,6 +26,8 @@ export async function connectLockService(
       return (await import('./lock/etcd.js')).connectEtcd(spec.hosts);
     case 'zookeeper':
       return (await import('./lock/zookeeper.js')).connectZooKeeper(spec.connectionString, ttlMs);
+    case 'postgres':
+      return (await import('./lock/postgres.js')).connectPostgres(spec.url);
   }
 }
 

@@ -66,6 +66,7 @@ describe('command line', () => {
     [['--lock', 'etcd://127.0.0.1:99999'], /--lock: bad port "99999"/],
     [['--lock', 'etcd://'], /--lock: "etcd:\/\/" has no host/],
     [['--lock', 'zk://127.0.0.1:2181/bad path'], /--lock: bad ZooKeeper chroot/],
+    [['--lock', 'postgres://'], /--lock: "postgres:\/\/" has no host/],
     [
       ['--lock', 'etcd://127.0.0.1:2379', '--ttl', '500'],
       /--ttl must be at least 2000 ms with the etcd backend/,
@@ -121,6 +122,10 @@ describe('command line', () => {
       kind: 'redis',
       url: 'rediss://:pw@h:6380/2',
     });
+    expect(parseArgs(['--lock', 'postgresql://u:pw@h/db'], {}).lock).toEqual({
+      kind: 'postgres',
+      url: 'postgresql://u:pw@h/db',
+    });
   });
 
   describe('unreachable backends', () => {
@@ -155,6 +160,11 @@ describe('command line', () => {
         'ZooKeeper',
         (p: number) => `zk://127.0.0.1:${p}`,
         (p: number) => `ZooKeeper at 127.0.0.1:${p}: no answer within 4 s`,
+      ],
+      [
+        'PostgreSQL',
+        (p: number) => `postgres://postgres@127.0.0.1:${p}/test`,
+        (p: number) => `PostgreSQL at 127.0.0.1:${p}/test: connect ECONNREFUSED`,
       ],
     ])('a %s port nobody listens on: one line, exit 3, within seconds', async (_kind, url, message) => {
       const run = await runCli(['--once', '--lock', url(closed)]);

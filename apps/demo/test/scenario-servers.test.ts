@@ -25,7 +25,7 @@ function checkBoth(outcome: Outcome): void {
   expect(fenced.redone).toBeGreaterThanOrEqual(1);
 }
 
-// Side by side: most of a scenario is the frozen worker's idle pause, and the three backends share nothing.
+// Side by side: most of a scenario is the frozen worker's idle pause, and the backends share nothing.
 describe.concurrent('the scenario on real servers', () => {
   it('Redis locks, PostgreSQL ledger', async () => {
     checkBoth(await runScenario(parseLockUrl(REDIS_URL), postgres));
@@ -34,6 +34,10 @@ describe.concurrent('the scenario on real servers', () => {
   it('etcd locks (2 s leases), PGlite ledger', async () => {
     const lock = parseLockUrl(ETCD_ENDPOINT.replace(/^https?:/, 'etcd:'));
     checkBoth(await runScenario(lock, pglite, { ttlMs: 2_000, pauseMs: 4_500, workers: 3, iterations: 2 }));
+  });
+
+  it('PostgreSQL locks (@dlock/postgres), the ledger in the same PostgreSQL', async () => {
+    checkBoth(await runScenario(parseLockUrl(PG_URL), postgres));
   });
 
   it('ZooKeeper locks (the session is the lease), PGlite ledger', async () => {
