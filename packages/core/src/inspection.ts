@@ -34,13 +34,14 @@ export function checkedPermitsInfo(info: unknown, name: string, permits: number)
     const r = h as Record<string, unknown>;
     const slot = r['slot'];
     if (!Number.isInteger(slot) || (slot as number) < 0 || (slot as number) >= permits) throw bad();
-    const holder: PermitHolder = {
+    const holder: { -readonly [K in keyof PermitHolder]: PermitHolder[K] } = {
       slot: slot as number,
       ownerId: stringOf(r['ownerId'], bad),
       fencingToken: tokenOf(r['fencingToken'], bad),
-      expiresInMs: msOf(r['expiresInMs'], bad),
     };
-    return r['metadata'] === undefined ? holder : { ...holder, metadata: stringOf(r['metadata'], bad) };
+    if (r['expiresInMs'] !== undefined) holder.expiresInMs = msOf(r['expiresInMs'], bad);
+    if (r['metadata'] !== undefined) holder.metadata = stringOf(r['metadata'], bad);
+    return holder;
   });
   holders.sort((a, b) => a.slot - b.slot);
   if (holders.some((h, at) => at > 0 && holders[at - 1]?.slot === h.slot)) throw bad();

@@ -104,8 +104,11 @@ export interface PermitHolder {
   readonly ownerId: string;
   /** Strictly increasing per slot across holders. */
   readonly fencingToken: bigint;
-  /** How long its lease has left by the service's clock. */
-  readonly expiresInMs: number;
+  /**
+   * How long its lease has left by the service's clock, when the service knows (a ZooKeeper permit lives as long as
+   * its holder's session, whose remaining time no other client can see).
+   */
+  readonly expiresInMs?: number;
   /** What the holder stored with its grant (`PermitRequest.metadata`). */
   readonly metadata?: string;
 }

@@ -1,7 +1,7 @@
 import { type LockInfo, TransportError } from '@dlock/core';
 import { ZK_ERROR, zkErrorCode } from './errors.js';
 import { queueOrder } from './keys.js';
-import { decodeMetadata } from './node-data.js';
+import { decodeMetadata, decodeOwnerId } from './node-data.js';
 import { czxidOf, type Session } from './zookeeper-session.js';
 
 /** Listings of the queue before giving up on a lock whose every listed node went before it could be read. */
@@ -11,7 +11,7 @@ const FREE: LockInfo = Object.freeze({ held: false });
 /**
  * `LockService.inspect` on ZooKeeper: the holder is the queue's first node, so the lock is held exactly while a
  * queue node exists (an ephemeral node goes with its session: the server's own expiry), the fencing token is that
- * node's czxid, the metadata is in its data, and every later node is a waiter. The session's expiry is the
+ * node's czxid, the owner id and metadata are in its data, and every later node is a waiter. The session's expiry is the
  * server's business and not visible to clients, so there is no `expiresInMs`.
  *
  * Two reads, not one atomic one: the listed head can go before its data is read. Nodes created after the listing
@@ -25,8 +25,10 @@ export async function readLockInfo(session: Session, parent: string): Promise<Lo
       const read = await session.readNode(`${parent}/${queue[i]}`);
       if (read === null) continue;
       const metadata = decodeMetadata(read.data);
+      const ownerId = decodeOwnerId(read.data);
       return {
         held: true,
+        ...(ownerId === undefined ? {} : { ownerId }),
         fencingToken: czxidOf(read.stat),
         waiters: queue.length - i - 1,
         ...(metadata === undefined ? {} : { metadata }),

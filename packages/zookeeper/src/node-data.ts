@@ -36,6 +36,25 @@ export class QueueNodeData {
 }
 
 /**
+ * The owner id in a lock queue node's data (either layout), or undefined for data in neither (a node some other tool
+ * wrote, bytes that are not UTF-8).
+ */
+export function decodeOwnerId(data: Buffer | null | undefined): string | undefined {
+  if (!data || data.length === 0) return undefined;
+  let owner = data;
+  if (data[0] === MARK) {
+    const end = data.indexOf(MARK, 1);
+    if (end < 0) return undefined;
+    owner = data.subarray(1, end);
+  }
+  try {
+    return strictUtf8.decode(owner);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
  * The metadata in a node's data, or undefined when it has none (or the data is not in either layout: a node some
  * other tool wrote is reported without metadata rather than with a made-up one).
  */

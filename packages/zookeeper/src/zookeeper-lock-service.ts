@@ -6,6 +6,7 @@ import type {
   LockInfo,
   LockService,
   PermitRequest,
+  PermitsInfo,
   RenewRequest,
   RenewResult,
 } from '@dlock/core';
@@ -19,6 +20,7 @@ import { readLockInfo } from './lock-info.js';
 import { NodeCleanup } from './node-cleanup.js';
 import { resolveOptions, type ZooKeeperLockServiceOptions } from './options.js';
 import { ParentSweep } from './parent-sweep.js';
+import { readPermitsInfo } from './permit-info.js';
 import { ZooKeeperChangeWatch } from './zookeeper-change-watch.js';
 import { ZooKeeperProtocol } from './zookeeper-protocol.js';
 import { ZooKeeperReleaseWatch } from './zookeeper-release-watch.js';
@@ -195,6 +197,17 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
     this.#endIfSilent();
     const session = this.#sessions.current ?? (await this.#sessions.live());
     return this.#semaphores.slots.available(session, name, permits);
+  }
+
+  /**
+   * The semaphore's holders (its slot nodes: owner and metadata from their data, czxid as the fencing token; no
+   * `expiresInMs`, a session's remaining time is not visible to clients) and its queue nodes as waiters.
+   */
+  async inspectPermits(name: string, permits: number): Promise<PermitsInfo> {
+    this.#assertOpen();
+    this.#endIfSilent();
+    const session = this.#sessions.current ?? (await this.#sessions.live());
+    return readPermitsInfo(session, this.#root, this.#semaphores.slots, name, permits);
   }
 
   async renew(request: RenewRequest): Promise<RenewResult> {

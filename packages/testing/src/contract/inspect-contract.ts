@@ -13,6 +13,11 @@ export interface InspectContractOptions {
   readonly lockWaiters?: boolean;
   /** The service counts a semaphore's queued waiters in `inspectPermits(...).waiters`. Default true. */
   readonly permitWaiters?: boolean;
+  /**
+   * The service reports a holder's time left (`expiresInMs`). Default true; false for a service whose leases are
+   * sessions other clients cannot see into (ZooKeeper): the suite then checks that it is absent.
+   */
+  readonly expiresInMs?: boolean;
   /** Per-test timeout for vitest, ms. Default 30_000. */
   readonly testTimeoutMs?: number;
 }
@@ -48,6 +53,7 @@ export function inspectContract(
   const timeout = options.testTimeoutMs ?? 30_000;
   const lockWaiters = options.lockWaiters ?? false;
   const permitWaiters = options.permitWaiters ?? true;
+  const knowsExpiry = options.expiresInMs ?? true;
 
   describe(`Inspect contract: ${label}`, () => {
     let subject: ContractSubject;
@@ -63,6 +69,10 @@ export function inspectContract(
     const permits = (): boolean => typeof service.inspectPermits === 'function';
     /** A lease's time left: more than nothing, at most its TTL (a service may round a TTL up to a whole second). */
     const expectTimeLeft = (ms: number | undefined): void => {
+      if (!knowsExpiry) {
+        expect(ms).toBeUndefined();
+        return;
+      }
       expect(ms).toBeGreaterThan(0);
       expect(ms).toBeLessThanOrEqual(Math.ceil(ttlMs / 1_000) * 1_000);
     };
