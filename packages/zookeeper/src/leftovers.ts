@@ -1,12 +1,20 @@
 import { ZK_ERROR, zkErrorCode } from './errors.js';
 import { isNodeOfAttempt } from './keys.js';
-import type { Session } from './zookeeper-session.js';
+import type { NodeRead, Session } from './zookeeper-session.js';
 
-/** The nodes a session may still have on the server: exact paths, and attempts whose node name is unknown. */
+/** Whether a node read under the session is the one to delete (for a name another attempt may use too). */
+export type NodeCheck = (read: NodeRead) => boolean;
+
+/**
+ * The nodes a session may still have on the server: exact paths, attempts whose node name is unknown, and nodes
+ * deleted only after a read passes their check.
+ */
 interface Nodes {
   readonly paths: Set<string>;
   /** attempt id → parent */
   readonly attempts: Map<string, string>;
+  /** path → check */
+  readonly checked: Map<string, NodeCheck>;
   /** Something was added since the last sweep began. */
   dirty: boolean;
 }
@@ -36,14 +44,35 @@ export class Leftovers {
 
   /** Remembers `path`, or else every node of `attemptId` under `parent`, and deletes it if it can now. */
   add(session: Session, parent: string, path: string | undefined, attemptId: string | undefined): void {
-    if (this.#closed) return;
-    let nodes = this.#bySession.get(session.id);
-    if (!nodes) {
-      nodes = { paths: new Set(), attempts: new Map(), dirty: false };
-      this.#bySession.set(session.id, nodes);
-    }
+    const nodes = this.#nodesOf(session);
+    if (!nodes) return;
     if (path !== undefined) nodes.paths.add(path);
     if (attemptId !== undefined) nodes.attempts.set(attemptId, parent);
+    this.#due(session, nodes);
+  }
+
+  /**
+   * Remembers `path`, deleted only if a read of it passes `check`: a node whose name another attempt (or session)
+   * may have taken since, such as a semaphore's slot.
+   */
+  addChecked(session: Session, path: string, check: NodeCheck): void {
+    const nodes = this.#nodesOf(session);
+    if (!nodes) return;
+    nodes.checked.set(path, check);
+    this.#due(session, nodes);
+  }
+
+  #nodesOf(session: Session): Nodes | undefined {
+    if (this.#closed) return undefined;
+    let nodes = this.#bySession.get(session.id);
+    if (!nodes) {
+      nodes = { paths: new Set(), attempts: new Map(), checked: new Map(), dirty: false };
+      this.#bySession.set(session.id, nodes);
+    }
+    return nodes;
+  }
+
+  #due(session: Session, nodes: Nodes): void {
     if (nodes.dirty) return; // a sweep is due already
     nodes.dirty = true;
     // Deferred, so that the many nodes of one ending session go out in one sweep. A sweep under way sees `dirty`.
@@ -109,9 +138,12 @@ export class Leftovers {
       const done = await Promise.all(mine.map((child) => removed(sweeper, `${parent}/${child}`)));
       if (done.every(Boolean)) nodes.attempts.delete(attemptId);
     });
-    await Promise.all([...removals, ...scans]);
+    const checks = [...nodes.checked].map(async ([path, check]) => {
+      if (await removedIf(sweeper, path, check)) nodes.checked.delete(path);
+    });
+    await Promise.all([...removals, ...scans, ...checks]);
     if (this.#bySession.get(sessionId) !== nodes) return false;
-    if (nodes.paths.size === 0 && nodes.attempts.size === 0) {
+    if (nodes.paths.size === 0 && nodes.attempts.size === 0 && nodes.checked.size === 0) {
       this.#bySession.delete(sessionId);
       return false;
     }
@@ -127,4 +159,15 @@ async function removed(session: Session, path: string): Promise<boolean> {
   } catch (error) {
     return zkErrorCode(error) === ZK_ERROR.NO_NODE;
   }
+}
+
+/** Deletes a node if a read of it passes `check`; true if it is not there to delete now, false if unknown. */
+async function removedIf(session: Session, path: string, check: NodeCheck): Promise<boolean> {
+  let read: NodeRead | null;
+  try {
+    read = await session.readNode(path);
+  } catch {
+    return false;
+  }
+  return read === null || !check(read) || removed(session, path);
 }

@@ -1,7 +1,7 @@
 import type { Clock } from '@dlock/core';
 import type { BackgroundRetries } from '@dlock/core/adapter';
 import { isNodeOfAttempt } from './keys.js';
-import type { Leftovers } from './leftovers.js';
+import type { Leftovers, NodeCheck } from './leftovers.js';
 import { childrenOf, nodesAt, removeNode } from './node-ops.js';
 import type { Session, SessionNodes } from './zookeeper-session.js';
 
@@ -68,17 +68,23 @@ export class NodeCleanup {
     this.#deps.cleanups.run(() => this.remove(session, nodes), Number.POSITIVE_INFINITY);
   }
 
-  /** One delete of the caller's (a check comes first) retried in the background for `CLEANUP_MS`, while the session lives. */
-  retry(session: Session, remove: () => Promise<void>): void {
+  /**
+   * One delete of the caller's (a check comes first) retried in the background for `CLEANUP_MS`, while the session
+   * lives; once it has ended, `handOver` (if given) passes the node on instead.
+   */
+  retry(session: Session, remove: () => Promise<void>, handOver?: () => void): void {
     const { clock } = this.#deps;
     const giveUpAt = clock.monotonic() + CLEANUP_MS;
     this.#deps.cleanups.run(async () => {
-      if (session.ended) return;
-      try {
-        await remove();
-      } catch (error) {
-        if (!session.ended && clock.monotonic() < giveUpAt) throw error;
+      if (!session.ended) {
+        try {
+          await remove();
+          return;
+        } catch (error) {
+          if (!session.ended && clock.monotonic() < giveUpAt) throw error;
+        }
       }
+      if (session.ended) handOver?.();
     }, Number.POSITIVE_INFINITY);
   }
 
@@ -102,6 +108,14 @@ export class NodeCleanup {
     if (path !== undefined || attemptId !== undefined) {
       this.#deps.leftovers.add(session, nodes.parent, path, attemptId);
     }
+  }
+
+  /**
+   * A node of a session that ended, to be deleted with the leftovers only if a read of it passes `check` (its name
+   * is not unique to this session's attempt). Nothing to do when the session went with its client.
+   */
+  handOverChecked(session: Session, path: string, check: NodeCheck): void {
+    if (!session.owned) this.#deps.leftovers.addChecked(session, path, check);
   }
 
   /** Every pending node of an ended session (queue nodes of locks and semaphores alike) is handed over. */

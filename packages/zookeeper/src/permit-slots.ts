@@ -32,9 +32,9 @@ export interface SlotClaim {
   readonly slots: string;
   readonly permits: number;
   /**
-   * Slots whose create went out for this claim without an answer: the claim may hold them (a server that was
-   * behind can show such a node only later), so each is deleted once the claim no longer needs it, if its data
-   * names this attempt.
+   * Slots whose create went out for this claim and did not end in a grant or a refusal: the claim may hold them (a
+   * server that was behind can show such a node only later), so each is deleted once the claim no longer needs it,
+   * if its data names this attempt.
    */
   readonly unsureSlots: Set<number>;
 }
@@ -99,6 +99,11 @@ export class PermitSlots<C extends SlotClaim> {
       ...before,
       { op: 'create', path, data: slotData(claim), mode: CREATE_MODE.EPHEMERAL },
     ];
+    // Unsure from the moment the create goes out until the grant is made: any step between (the multi's reply, the
+    // token's read) can fail after the server committed, and the claim's leave must then find the slot. A refusal
+    // takes it back, unless an earlier take of the same slot left it unsure.
+    const unsureBefore = claim.unsureSlots.has(slot);
+    claim.unsureSlots.add(slot);
     let outcome: MultiOutcome;
     try {
       outcome = await session.multi(ops, (late) => {
@@ -106,18 +111,18 @@ export class PermitSlots<C extends SlotClaim> {
         if (late.ok) this.removeLater(session, path, claim.attemptId);
       });
     } catch (error) {
-      if (error instanceof TransportError) claim.unsureSlots.add(slot);
       if (!isConnectionLoss(error)) throw error;
       const read = await session.readNode(path);
       if (!isOurs(read, session, claim.attemptId)) return 'again';
-      return { grant: this.#grant(claim, session, slot, czxidOf(read.stat)) };
+      return { grant: this.#granted(claim, session, slot, czxidOf(read.stat)) };
     }
     if (outcome.ok) {
       const fencingToken =
         this.#tokens.fromReply(outcome.zxid) ??
         this.#tokens.fromStat(await session.exists(path), session, path, outcome.zxid);
-      return { grant: this.#grant(claim, session, slot, fencingToken) };
+      return { grant: this.#granted(claim, session, slot, fencingToken) };
     }
+    if (!unsureBefore) claim.unsureSlots.delete(slot);
     if (outcome.failed !== undefined) refused?.(outcome.failed, outcome.code);
     const failedOp = outcome.failed === undefined ? undefined : ops[outcome.failed];
     // Someone waits: the queue parent is not empty.
@@ -150,9 +155,13 @@ export class PermitSlots<C extends SlotClaim> {
     await removeNode(session, path);
   }
 
-  /** {@link removeIfOurs} in the background. */
+  /** {@link removeIfOurs} in the background; handed to the leftovers if the session ends first. */
   removeLater(session: Session, path: string, attemptId: string): void {
-    this.#cleanup.retry(session, () => this.removeIfOurs(session, path, attemptId));
+    this.#cleanup.retry(
+      session,
+      () => this.removeIfOurs(session, path, attemptId),
+      () => this.#handOver(session, path, attemptId),
+    );
   }
 
   /** Deletes the slots the claim may hold after creates that went unanswered (each only if it names the attempt). */
@@ -161,6 +170,16 @@ export class PermitSlots<C extends SlotClaim> {
       await this.removeIfOurs(session, `${claim.slots}/${unsure}`, claim.attemptId);
       claim.unsureSlots.delete(unsure);
     }
+  }
+
+  /**
+   * The claim's session ended: the slots it may hold go with the session, or, with a caller's client that may keep
+   * it on the server, with the leftovers (each only if its data names the attempt).
+   */
+  handOverUnsure(session: Session, claim: C): void {
+    for (const unsure of claim.unsureSlots)
+      this.#handOver(session, `${claim.slots}/${unsure}`, claim.attemptId);
+    claim.unsureSlots.clear();
   }
 
   /** The claim was granted `slot`: any other slot it may hold is deleted in the background. */
@@ -224,6 +243,19 @@ export class PermitSlots<C extends SlotClaim> {
       }
       if (code === ZK_ERROR.NO_NODE && op?.op === 'create' && op.path === semaphore) this.#rootReady = false;
     });
+  }
+
+  /**
+   * The grant of a slot this claim took, unless its session ended meanwhile (the answer came after the session was
+   * given up): then the slot stays unsure, for the claim's leave to hand over.
+   */
+  #granted(claim: C, session: Session, slot: number, fencingToken: bigint): Grant {
+    if (session.endError) throw session.endError;
+    return this.#grant(claim, session, slot, fencingToken);
+  }
+
+  #handOver(session: Session, path: string, attemptId: string): void {
+    this.#cleanup.handOverChecked(session, path, (read) => isOurs(read, session, attemptId));
   }
 
   /** Once per client: a transaction object is made only to look at it. */

@@ -169,7 +169,7 @@ export class ZooKeeperSemaphoreProtocol implements QueueDriver<PermitClaim, Perm
 
   /**
    * Deletes the claim's queue node and gives back a slot it was granted or may hold (after a create that went
-   * unanswered; only if the node's data names this attempt). A session that ended hands its queue node over.
+   * unanswered; only if the node's data names this attempt). A session that ended hands them over.
    */
   async leave(claim: PermitClaim): Promise<void> {
     const session = claim.session;
@@ -185,6 +185,8 @@ export class ZooKeeperSemaphoreProtocol implements QueueDriver<PermitClaim, Perm
       this.#deps.semaphores.unuse(claim.semaphore);
     }
     await this.#deps.cleanup.remove(session, claim, () => this.slots.removeUnsure(session, claim));
+    // The session ended before or while the slots were deleted: the queue node was handed over, these follow.
+    if (session.ended) this.slots.handOverUnsure(session, claim);
   }
 
   /** Checks that the permit's slot node still exists, in its session, with its czxid. */
