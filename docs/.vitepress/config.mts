@@ -54,7 +54,7 @@ export default defineConfig({
   cleanUrls: true,
   lastUpdated: false,
   // demo-dashboard.png lives here for the root README; node_modules is VitePress's own.
-  srcExclude: ['**/node_modules/**', 'README.md'],
+  srcExclude: ['**/node_modules/**', 'README.md', '.generated/**', '.blocks/**', 'test/**', 'scripts/**'],
   themeConfig: {
     nav: [
       { text: 'Guide', link: '/backends/memory' },

@@ -1,5 +1,5 @@
 import { execFile, spawn } from 'node:child_process';
-import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
@@ -26,6 +26,7 @@ const OUT = join(DIR, 'out');
 const TSC = join(ROOT, 'node_modules/.bin/tsc');
 const blocks: Block[] = collectBlocks();
 const typeErrors = new Map<string, string[]>();
+let tscOutput = '';
 const RUN_TIMEOUT_MS = 30_000;
 // Blocks that write to PostgreSQL get a database of this run's own (DATABASE_URL), so that a run never sees the
 // tables and high-water marks a previous run or another suite left in `test`.
@@ -97,6 +98,7 @@ beforeAll(async () => {
   const { stdout } = await promisify(execFile)(TSC, ['-p', DIR], { cwd: DIR }).catch(
     (e: { stdout?: string }) => ({ stdout: e.stdout ?? '' }),
   );
+  tscOutput = stdout;
   for (const line of stdout.split('\n')) {
     const slug = /^([^(:]+)\.ts[(:]/.exec(line)?.[1];
     if (slug) typeErrors.set(slug, [...(typeErrors.get(slug) ?? []), line]);
@@ -120,7 +122,9 @@ describe('every ts/js block of the READMEs and the docs site', () => {
       async () => {
         expect(typeErrors.get(block.slug) ?? []).toEqual([]);
         if (!block.run) return;
-        const result = await run(join(OUT, `${block.slug}.js`));
+        const file = join(OUT, `${block.slug}.js`);
+        if (!existsSync(file)) throw new Error(`${block.id}: tsc wrote no ${file}:\n${tscOutput}`);
+        const result = await run(file);
         if (result.code !== 0) throw new Error(`${block.id} exited with ${result.code}:\n${result.output}`);
       },
     );

@@ -27,12 +27,14 @@
  * --provisional (marks the figures as taken on a busy machine), --scenarios=A,B,C, --json=FILE.
  * A hard cap (default 15 min, `capMs`) ends the process if anything hangs; it exits by itself when done.
  */
-import { writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { describeMachine, machineInfo } from './env.mjs';
 import { contendedTable, heldTable, subjectsTable, uncontendedTable, updateReadme } from './report.mjs';
 import { runContended, runHeld, runUncontended } from './scenarios.mjs';
 import { checkSubject } from './subject.mjs';
 import { sleep, withTimeout } from './time.mjs';
+
+const RESULTS = new URL('../../results/', import.meta.url);
 
 export function parseFlags(argv) {
   const flags = { quick: false, readme: undefined, provisional: false, scenarios: 'ABC', json: undefined };
@@ -85,7 +87,7 @@ export async function runSuite(config) {
   }
 
   const sections = [];
-  const results = { backend, machine, server, skipped, uncontended: [], contended: [], held: [] };
+  const results = { backend, title, machine, server, skipped, uncontended: [], contended: [], held: [] };
   const want = (letter, options) =>
     subjects.length > 0 && options !== false && flags.scenarios.includes(letter);
 
@@ -165,11 +167,15 @@ export async function runSuite(config) {
     .join('\n\n');
 
   process.stdout.write(`\n${markdown}\n\n`);
+  const json = `${JSON.stringify(results, null, 2)}\n`;
   if (flags.readme) {
     updateReadme(backend, markdown);
-    log('results written to bench/README.md');
+    // The raw figures beside the tables: the docs site draws its charts from these files (docs/scripts/bench-charts.mjs).
+    mkdirSync(RESULTS, { recursive: true });
+    writeFileSync(new URL(`${backend}.json`, RESULTS), json);
+    log(`results written to bench/README.md and bench/results/${backend}.json`);
   }
-  if (flags.json) writeFileSync(flags.json, JSON.stringify(results, null, 2));
+  if (flags.json) writeFileSync(flags.json, json);
   if (config.exit !== false) process.exit(0);
   return results;
 }
