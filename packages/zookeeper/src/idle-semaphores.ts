@@ -28,7 +28,8 @@ export async function idleSemaphoreStamp(
   if (!stat || stat.pzxid === undefined || stat.dataLength !== 0) return undefined;
   if (stat.ephemeralOwner.some((byte) => byte !== 0) || !isEncodedName(name)) return undefined;
   const children = (await childrenOf(session, semaphore)) ?? [];
-  if (children.length > 2 || children.some((child) => limitOf(child) === undefined)) return undefined;
+  // Normally one pair of parents; more (a stray parent of another limit) are idle all the same when empty.
+  if (children.some((child) => limitOf(child) === undefined)) return undefined;
   const stamps = [stat.pzxid.toString('hex')];
   for (const child of children) {
     const parent = await session.exists(`${semaphore}/${child}`);

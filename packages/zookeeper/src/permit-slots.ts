@@ -11,7 +11,7 @@ import { FencingTokens } from './fencing-tokens.js';
 import { freeSlot, heldSlots, limitOf, permitSlotsPath, semaphorePath, semaphoresRootPath } from './keys.js';
 import type { NodeCleanup } from './node-cleanup.js';
 import { decodePermitData, encodePermitData } from './node-data.js';
-import { childrenOf, createPersistent, EMPTY, removeNode } from './node-ops.js';
+import { childrenOf, EMPTY, removeNode } from './node-ops.js';
 import {
   czxidOf,
   isConnectionLoss,
@@ -130,8 +130,13 @@ export class PermitSlots<C extends SlotClaim> {
       return 'queued';
     }
     if (outcome.code === ZK_ERROR.NO_NODE && failedOp?.op === 'remove' && failedOp.path === claim.parent) {
-      // The holders' parent without the queue parent (deleted by hand): make it, then look again.
-      await createPersistent(session, claim.parent);
+      // The holders' parent without the queue parent (deleted by hand): make it, then look again. Only while the
+      // holders' parent is there, in the same step: both may have gone to another limit since the listing, and a
+      // queue parent made beside that limit's pair would be a stray one (the sweep of idle semaphores skips those).
+      await session.multi([
+        { op: 'check', path: claim.slots },
+        { op: 'create', path: claim.parent, data: EMPTY, mode: CREATE_MODE.PERSISTENT },
+      ]);
       return 'again';
     }
     if (outcome.code === ZK_ERROR.NODE_EXISTS || outcome.code === ZK_ERROR.NO_NODE) return 'again';

@@ -220,6 +220,47 @@ describe('semaphores on a real ZooKeeper', () => {
     await second.release();
   });
 
+  it('a take that finds its limit swapped away leaves no parent of that limit behind', async () => {
+    const inner = await connectedClient(ZK_CONNECT);
+    toClose.push(inner);
+    const swap: { before?: () => Promise<void> } = {};
+    // The next take's multi is sent only after `swap.before` ran: between the listing of the slots and the take.
+    const client = new Proxy(inner, {
+      get(target, property) {
+        if (property === 'transaction') {
+          return () => {
+            const transaction = target.transaction();
+            const commit = transaction.commit.bind(transaction);
+            transaction.commit = (callback) => {
+              const before = swap.before;
+              swap.before = undefined;
+              if (before) void before().then(() => commit(callback));
+              else commit(callback);
+            };
+            return transaction;
+          };
+        }
+        const value: unknown = Reflect.get(target, property);
+        return typeof value === 'function' ? value.bind(target) : value;
+      },
+    });
+    const s = new ZooKeeperLockService({ client, keyPrefix: ROOT });
+    toClose.push(s);
+    const name = uniqueName('swapped');
+    const semaphore = semaphorePath(ROOT, name);
+    const pool = lockClient(s).semaphore(name, { permits: 2, ttlMs: TTL });
+    await (await pool.acquire()).release();
+    // Another process switches the idle semaphore to 3 permits and takes one.
+    swap.before = async () => {
+      await remove(`${semaphore}/queue-2`);
+      await remove(`${semaphore}/slots-2`);
+      for (const path of [`${semaphore}/queue-3`, `${semaphore}/slots-3`]) await create(path, 0);
+      await create(`${semaphore}/slots-3/0`, 1);
+    };
+    expect(await rejection(pool.tryAcquire())).toMatchObject({ requested: 2, stored: 3 });
+    expect(await treeOf(name)).toEqual(['queue-3', 'slots-3', 'slots-3/0']);
+  });
+
   it('deletes an idle semaphore node with its parents, and one every process left behind', {
     timeout: 20_000,
   }, async () => {
@@ -232,6 +273,8 @@ describe('semaphores on a real ZooKeeper', () => {
     // Left by a process that died: the sweep of a live service finds it idle twice and deletes it.
     const abandoned = semaphorePath(ROOT, uniqueName('abandoned'));
     for (const path of [abandoned, `${abandoned}/queue-3`, `${abandoned}/slots-3`]) await create(path, 0);
+    // With a parent of another limit beside them (left by a process of an older version, or made by hand).
+    await create(`${abandoned}/queue-2`, 0);
     const sweeping = service({ idleParentMs: 200 });
     await lockClient(sweeping).semaphore(uniqueName('warm'), { permits: 1, ttlMs: TTL }).tryAcquire();
     expect(await waitFor(async () => (await statOf(raw, abandoned)) === null, 8_000, 100)).toBe(true);
