@@ -223,7 +223,7 @@ describe('semaphores on a real ZooKeeper', () => {
   it('a take that finds its limit swapped away leaves no parent of that limit behind', async () => {
     const inner = await connectedClient(ZK_CONNECT);
     toClose.push(inner);
-    const swap: { before?: () => Promise<void> } = {};
+    const swap: { before: (() => Promise<void>) | undefined } = { before: undefined };
     // The next take's multi is sent only after `swap.before` ran: between the listing of the slots and the take.
     const client = new Proxy(inner, {
       get(target, property) {
