@@ -20,10 +20,11 @@ import {
 import { ChangeFeeds } from './change-feeds.js';
 import type { KvClientLike } from './client-like.js';
 import { EtcdServiceClosedError } from './errors.js';
-import { EtcdProtocol, SESSION_CLEANUP_MS } from './etcd-protocol.js';
+import { EtcdProtocol } from './etcd-protocol.js';
 import { EtcdReleaseWatch } from './etcd-release-watch.js';
 import { EtcdSemaphoreProtocol } from './etcd-semaphore-protocol.js';
 import { EtcdSession, seconds } from './etcd-session.js';
+import { SESSION_CLEANUP_MS } from './grants.js';
 import { inspectLock } from './inspect.js';
 import { lockDirectory, prefixRangeEnd } from './keys.js';
 import { type EtcdLockServiceOptions, resolveOptions, validatePermits } from './options.js';
@@ -224,7 +225,7 @@ export class EtcdLockService implements LockService {
     await Promise.allSettled([...this.#acquiring]);
     this.#watches.close();
     this.#changes.clear();
-    const ownLeases = [...this.#protocol.forgetAll(), ...this.#semaphores.forgetAll()];
+    const ownLeases = [...this.#protocol.grants.forgetAll(), ...this.#semaphores.grants.forgetAll()];
     await Promise.allSettled([
       this.#cleanups.close(),
       ...ownLeases.map((lease) => this.#session.revoke(lease)),
@@ -254,8 +255,8 @@ export class EtcdLockService implements LockService {
   }
 
   #sessionLost(tokens: readonly string[]): void {
-    this.#protocol.forgetLost(tokens);
-    this.#semaphores.forgetLost(tokens);
+    this.#protocol.grants.forgetLost(tokens);
+    this.#semaphores.grants.forgetLost(tokens);
     if (tokens.length === 0) return;
     for (const listener of [...this.#leaseListeners]) {
       try {

@@ -230,6 +230,16 @@ export class EtcdSession {
     }
   }
 
+  /**
+   * etcd refused a put for a lease it no longer knows, without saying which: a keep-alive of each asks (and marks
+   * the lost one lost), so that a lost waiters' session never makes the grants' session look lost, or the reverse.
+   */
+  async findLost(leases: readonly (TrackedLease | undefined)[]): Promise<void> {
+    const distinct = new Set(leases.filter((lease): lease is TrackedLease => lease !== undefined));
+    const now = this.#clock.monotonic();
+    await Promise.allSettled([...distinct].map((lease) => this.keepAlive(lease, now)));
+  }
+
   /** etcd said the lease is gone (or it ran out locally): waiters stop, and every lock on a session is lost. */
   markLost(lease: TrackedLease): void {
     if (lease.isLost) return;
