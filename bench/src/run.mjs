@@ -2,7 +2,7 @@
  * Runs the backend suites one after the other, each in its own child process, so one backend's clients, timers
  * and heap never colour another's figures:
  *
- *   node src/run.mjs [redis] [etcd] [zookeeper] [--quick] [--no-readme] [--provisional] [--scenarios=A,B,C]
+ *   node src/run.mjs [redis] [etcd] [zookeeper] [postgres] [--quick] [--no-readme] [--provisional] [--scenarios=A,B,C]
  *
  * With no backend named: every backend whose suites exist and whose server accepts a connection (addresses from
  * lib/env.mjs). A named backend that cannot run is an error. Flags go to every suite. A backend may have several
@@ -23,6 +23,7 @@ const servers = {
   redis: hostPort(new URL(ENDPOINTS.redis), 6379),
   etcd: hostPort(new URL(ENDPOINTS.etcd), 2379),
   zookeeper: hostPort(new URL(`zk://${ENDPOINTS.zookeeper.split(',')[0]}`), 2181),
+  postgres: hostPort(new URL(ENDPOINTS.postgres), 5432),
 };
 
 function hostPort(url, defaultPort) {
@@ -52,6 +53,7 @@ const SUITES = {
   },
   etcd: { etcd: 'etcd/index.mjs', elections: 'elections/etcd.mjs' },
   zookeeper: { zookeeper: 'zookeeper/index.mjs', elections: 'elections/zookeeper.mjs' },
+  postgres: { postgres: 'postgres/index.mjs' },
 };
 
 const suiteFile = (file) => fileURLToPath(new URL(`./${file}`, import.meta.url));

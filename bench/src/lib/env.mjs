@@ -1,7 +1,8 @@
 /**
  * What a result depends on, recorded next to it: server addresses, installed versions and the machine.
  *
- *   ENDPOINTS                    { redis, etcd, zookeeper } from DLOCK_BENCH_REDIS_URL / _ETCD_ENDPOINT / _ZK_CONNECT
+ *   ENDPOINTS                    { redis, etcd, zookeeper, postgres } from DLOCK_BENCH_REDIS_URL / _ETCD_ENDPOINT /
+ *                                _ZK_CONNECT / _PG_URL
  *                                (defaults: the servers scripts/services.sh starts on 127.0.0.1)
  *   packageVersion(name)         exact version from the installed package.json under bench/node_modules
  *                                (works for packages whose `exports` hide ./package.json)
@@ -16,6 +17,7 @@ export const ENDPOINTS = {
   redis: process.env['DLOCK_BENCH_REDIS_URL'] ?? 'redis://127.0.0.1:6379',
   etcd: process.env['DLOCK_BENCH_ETCD_ENDPOINT'] ?? 'http://127.0.0.1:2379',
   zookeeper: process.env['DLOCK_BENCH_ZK_CONNECT'] ?? '127.0.0.1:2181',
+  postgres: process.env['DLOCK_BENCH_PG_URL'] ?? 'postgres://postgres@127.0.0.1:5432/test',
 };
 
 const BENCH_ROOT = new URL('../../', import.meta.url);
