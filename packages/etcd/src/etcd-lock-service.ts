@@ -6,6 +6,7 @@ import {
   type LockInfo,
   type LockService,
   type PermitRequest,
+  type PermitsInfo,
   type RenewRequest,
   type RenewResult,
   systemClock,
@@ -134,6 +135,16 @@ export class EtcdLockService implements LockService {
     this.#assertOpen();
     validatePermits(permits, 'permits');
     return this.#semaphores.available(name, permits);
+  }
+
+  /**
+   * The semaphore's holders (slot keys: owner id and metadata from the value, create revision as the fencing token)
+   * and its queue keys as waiters, in one read (`PermitsMismatchError` as for `acquirePermit`). No `expiresInMs`.
+   */
+  async inspectPermits(name: string, permits: number): Promise<PermitsInfo> {
+    this.#assertOpen();
+    validatePermits(permits, 'permits');
+    return this.#semaphores.inspect(name, permits);
   }
 
   async renew(request: RenewRequest): Promise<RenewResult> {

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { AcquireRequest, Lease, RenewRequest, RenewResult } from '@dlock/core';
+import type { AcquireRequest, Lease, PermitsInfo, RenewRequest, RenewResult } from '@dlock/core';
 import { TransportError } from '@dlock/core';
 import { type QueueDriver, type Standing, unlessAborted } from '@dlock/core/adapter';
 import { isLeaseNotFound } from './errors.js';
@@ -228,6 +228,11 @@ export class EtcdSemaphoreProtocol
   /** Free slots of the semaphore now, in one read (see `PermitSlots.available`). */
   available(name: string, permits: number): Promise<number> {
     return this.#slots.available(name, permits);
+  }
+
+  /** The holders and waiters now, in one read (see `PermitSlots.inspect`). */
+  inspect(name: string, permits: number): Promise<PermitsInfo> {
+    return this.#slots.inspect(name, permits);
   }
 
   /** A first waiter takes slot `slot` (see `PermitSlots.take`), on `given` or the lease `#holderFor` finds. */

@@ -1,12 +1,13 @@
 import type { LockInfo } from '@dlock/core';
 import type { KvClientLike } from './client-like.js';
 import type { EtcdRequests } from './requests.js';
-import { decodeMetadata } from './values.js';
+import { decodeMetadata, decodeOwnerId } from './values.js';
 
 /**
  * A lock as etcd holds it now, in one linearizable read: the key with the lowest create revision in its directory
- * (the holder: its create revision is the fencing token, its value the metadata) and how many keys queue behind it.
- * This is Go's `Election.Leader` plus the count.
+ * (the holder: its create revision is the fencing token, its value the metadata or, for a grant without metadata,
+ * the owner id) and how many keys queue behind it. This is Go's `Election.Leader` plus the count. A grant with
+ * metadata has no owner id to report: its value is the metadata alone, as Go's `Election` stores a leader's value.
  *
  * "Held" is the key's existence. etcd deletes the key when its lessor revokes the expired lease, which it checks for
  * every 500 ms, so a key can outlive its lease by about that long; nothing in etcd's API tells that state apart from
@@ -42,9 +43,11 @@ export async function inspectLock(
   const holder = range?.kvs[0];
   if (!holder) return { held: false };
   const metadata = decodeMetadata(holder.value);
+  const ownerId = decodeOwnerId(holder.value);
   const count = Number(range?.count ?? 1);
   return {
     held: true,
+    ...(ownerId === undefined ? {} : { ownerId }),
     fencingToken: BigInt(holder.create_revision),
     ...(metadata === undefined ? {} : { metadata }),
     waiters: Number.isSafeInteger(count) && count > 1 ? count - 1 : 0,

@@ -1,4 +1,4 @@
-import type { AcquireRequest, PermitRequest } from '@dlock/core';
+import type { AcquireRequest, PermitHolder, PermitRequest, PermitsInfo } from '@dlock/core';
 import { InvalidArgumentError, PermitsMismatchError } from '@dlock/core';
 import type {
   CompareLike,
@@ -12,6 +12,7 @@ import type { TrackedLease } from './etcd-session.js';
 import { escapeName, limitOf, type SemaphoreLayout, semaphoreLayout, slotKey, slotOf } from './keys.js';
 import { SlotHints } from './slot-hints.js';
 import { byCreate, createdAt, guardedDelete, isEmpty, keysOnly, rangeKvs, type Txns } from './txns.js';
+import { decodePermitRecord } from './values.js';
 import type { QueueClaim } from './waits.js';
 
 /** The part of a permit attempt its transactions read and update: its keys, and what etcd said about them. */
@@ -234,6 +235,35 @@ export class PermitSlots<C extends SlotClaim> {
     if (otherLimitKey(response)) throw mismatch(layout, response);
     const held = Number(response.responses[2]?.response_range?.count ?? 0);
     return Math.max(0, permits - held);
+  }
+
+  /**
+   * The holders and the queue's length, in one read that also looks for keys written with another limit: each slot
+   * key's record (owner id, metadata) and create revision (the fencing token), and the queue keys counted. No
+   * `expiresInMs`: etcd tells a lease's remaining life only in whole seconds, and a key outlives its expired lease by
+   * up to the lessor's interval (500 ms), counting as held until then (as in `available`).
+   */
+  async inspect(name: string, permits: number): Promise<PermitsInfo> {
+    const layout = semaphoreLayout(this.#prefix, name, permits);
+    const response = await this.#txns.run('inspect permits', {
+      success: [
+        ...otherLimits(layout),
+        { request_range: { key: layout.slots, range_end: layout.slotsEnd } },
+        { request_range: { key: layout.queue, range_end: layout.queueEnd, count_only: true } },
+      ],
+    });
+    if (otherLimitKey(response)) throw mismatch(layout, response);
+    const held: PermitHolder[] = [];
+    for (const kv of rangeKvs(response, 2)) {
+      const slot = slotOf(layout, kv.key);
+      const record = decodePermitRecord(kv.value);
+      if (slot === undefined || record === undefined) continue;
+      const holder = { slot, ownerId: record.owner, fencingToken: BigInt(kv.create_revision) };
+      held.push(record.metadata === undefined ? holder : { ...holder, metadata: record.metadata });
+    }
+    held.sort((a, b) => a.slot - b.slot);
+    const waiters = Number(response.responses[3]?.response_range?.count ?? 0);
+    return { permits, held, waiters: Number.isSafeInteger(waiters) ? waiters : 0 };
   }
 
   /** `enter` once; `gone` when our queue key was already there. */

@@ -1,7 +1,7 @@
 import { MAX_METADATA_BYTES } from '@dlock/core';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { decodeMetadata, encodeValue } from './values.js';
+import { decodeMetadata, decodeOwnerId, encodeValue } from './values.js';
 
 /** Metadata as core passes it: well-formed Unicode up to the byte limit, including the empty string. */
 const metadata = fc
@@ -21,6 +21,16 @@ describe('key values', () => {
     fc.assert(
       fc.property(metadata, fc.string(), (value, ownerId) => {
         expect(encodeValue(value, ownerId).equals(Buffer.from(value, 'utf8'))).toBe(true);
+      }),
+    );
+  });
+
+  it('give back the owner id of a grant written without metadata, and none for one written with', () => {
+    fc.assert(
+      fc.property(fc.string(), metadata, (ownerId, value) => {
+        if (/\p{Cs}/u.test(ownerId)) return;
+        expect(decodeOwnerId(encodeValue(undefined, ownerId))).toBe(ownerId);
+        expect(decodeOwnerId(encodeValue(value, ownerId))).toBeUndefined();
       }),
     );
   });

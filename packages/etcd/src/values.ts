@@ -12,6 +12,15 @@ export function encodeValue(metadata: string | undefined, ownerId: string): Buff
   return Buffer.concat([Buffer.of(NO_METADATA), Buffer.from(ownerId, 'utf8')]);
 }
 
+/**
+ * The owner id a key's value holds: only a value written without metadata has one (with metadata, the value is the
+ * metadata alone, for Go's `Election`).
+ */
+export function decodeOwnerId(value: Buffer | undefined): string | undefined {
+  if (value === undefined || value[0] !== NO_METADATA) return undefined;
+  return value.toString('utf8', 1);
+}
+
 /** The metadata a key's value holds, or undefined when it was written without. */
 export function decodeMetadata(value: Buffer | undefined): string | undefined {
   if (value === undefined || value[0] === NO_METADATA) return undefined;
