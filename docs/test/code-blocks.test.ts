@@ -10,6 +10,7 @@ import { collectBlocks, ROOT } from '../../scripts/code-blocks.mjs';
 
 interface Block {
   id: string;
+  file: string;
   slug: string;
   lang: 'ts' | 'js';
   code: string;
@@ -110,23 +111,35 @@ describe('every ts/js block of the READMEs and the docs site', () => {
     expect(blocks.length).toBeGreaterThan(20);
   });
 
+  // Files run side by side (the test's concurrency, vitest.config.ts), the blocks of one file in order: a README's
+  // later block may build on an earlier one's tables or files, and blocks of different files use different names.
+  const previousOfFile = new Map<string, Promise<unknown>>();
   for (const block of blocks) {
     const what = block.run
       ? 'compiles and runs'
       : block.compile
         ? 'compiles (marked no-run)'
         : 'is a fragment';
-    it.skipIf(!block.run && !block.compile)(
+    const after = previousOfFile.get(block.file) ?? Promise.resolve();
+    let done: () => void = () => {};
+    previousOfFile.set(block.file, new Promise<void>((resolve) => (done = resolve)));
+    it.skipIf(!block.run && !block.compile).concurrent(
       `${block.id} ${what}`,
-      { timeout: RUN_TIMEOUT_MS + 5_000 },
+      { timeout: 2 * RUN_TIMEOUT_MS + 5_000 },
       async () => {
-        expect(typeErrors.get(block.slug) ?? []).toEqual([]);
-        if (!block.run) return;
-        const file = join(OUT, `${block.slug}.js`);
-        if (!existsSync(file)) throw new Error(`${block.id}: tsc wrote no ${file}:\n${tscOutput}`);
-        const result = await run(file);
-        if (result.code !== 0) throw new Error(`${block.id} exited with ${result.code}:\n${result.output}`);
+        await after;
+        try {
+          expect(typeErrors.get(block.slug) ?? []).toEqual([]);
+          if (!block.run) return;
+          const file = join(OUT, `${block.slug}.js`);
+          if (!existsSync(file)) throw new Error(`${block.id}: tsc wrote no ${file}:\n${tscOutput}`);
+          const result = await run(file);
+          if (result.code !== 0) throw new Error(`${block.id} exited with ${result.code}:\n${result.output}`);
+        } finally {
+          done();
+        }
       },
     );
+    if (!block.run && !block.compile) done();
   }
 });
