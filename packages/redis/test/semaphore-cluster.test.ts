@@ -118,3 +118,69 @@ for (const family of FAMILIES) {
     });
   });
 }
+
+describe('a resharding of a semaphore’s slot (ioredis 5 Cluster)', () => {
+  const family = CLUSTER_FAMILIES.find(
+    (f) => f.label === 'ioredis 5 Cluster',
+  ) as (typeof CLUSTER_FAMILIES)[number];
+  let subject: ReturnType<typeof subjectOn>;
+  const clients = new ClientsOf(() => subject.service);
+  beforeAll(async () => {
+    subject = subjectOn(await family.connect(cluster.rootNodes), PREFIX);
+  });
+  afterAll(async () => {
+    await clients.closeAll();
+    await subject?.close();
+  });
+
+  it('a script that meets a slot key already moved fails before the queue is touched: no waiter hears of a grant Redis lacks', async () => {
+    const name = 'migrating';
+    const sem = () => clients.make().semaphore(name, { permits: 1, ttlMs: 10_000 });
+    const { slots, queue } = semaphoreKeys(PREFIX, name);
+    const slotKey = semaphoreSlotKey(PREFIX, name, 0);
+    const holder = await sem().acquire({ renew: false });
+    let heard: Permit | undefined;
+    const waiting = sem()
+      .acquire({ waitMs: 8_000 })
+      .then((permit) => {
+        heard = permit;
+        return permit;
+      });
+    await sleep(200);
+    const source = await cluster.masterOf(slots);
+    const target = masters().find((node) => node.port !== source.port) as (typeof cluster.nodes)[number];
+    const sourceId = (
+      cluster.nodes.find((node) => node.port === source.port) as (typeof cluster.nodes)[number]
+    ).id;
+    const hashSlot = keySlot(slots);
+    // The holder's lease is over and the index says its slot is free (as a lease that ran out looks once
+    // `available` has checked it) while the waiter still waits for its turn; the slot key is gone, so while the
+    // hash slot is MIGRATING the source no longer serves it.
+    await cluster.command(source.port, 'DEL', slotKey);
+    await cluster.command(source.port, 'ZADD', slots, 0, '0');
+    await cluster.command(target.port, 'CLUSTER', 'SETSLOT', hashSlot, 'IMPORTING', sourceId);
+    await cluster.command(source.port, 'CLUSTER', 'SETSLOT', hashSlot, 'MIGRATING', target.id);
+    try {
+      // Routed to the source (its declared keys are there); the script would hand slot 0 to the waiter.
+      const refused = await sem()
+        .tryAcquire()
+        .catch((error: unknown) => error);
+      expect(refused).toBeInstanceOf(Error);
+      await sleep(300);
+      expect(heard).toBeUndefined();
+      expect(await cluster.command(source.port, 'LLEN', queue)).toBe(1);
+    } finally {
+      await cluster.command(source.port, 'CLUSTER', 'SETSLOT', hashSlot, 'STABLE');
+      await cluster.command(target.port, 'CLUSTER', 'SETSLOT', hashSlot, 'STABLE');
+    }
+    // Once the slot is stable again, the next acquire hands the free slot to the waiter, recorded first.
+    expect(await sem().tryAcquire()).toBeNull();
+    const next = await waiting;
+    expect(next.slot).toBe(0);
+    expect(next.fencingToken).toBeGreaterThan(holder.fencingToken);
+    const value = (await cluster.command(source.port, 'GET', slotKey)) as string;
+    expect(value.split(' ').slice(1, 2)).toEqual([String(next.fencingToken)]);
+    await next.release();
+    await holder.release().catch(() => {});
+  });
+});

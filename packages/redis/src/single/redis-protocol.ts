@@ -101,9 +101,10 @@ export interface Claim {
   /** Round trip of the last script call that answered. */
   roundTripMs: number;
   /**
-   * Highest fence already handed to this claim. A hand-off message can overtake or trail the script reply that
-   * reports the same grant; once that grant is used up (its lease ran out before it could be returned), a late copy
-   * of it must not be taken for a new hand-off: the lock may belong to someone else by now.
+   * Highest fence already handed to this claim, or known by a refusal to bound every token minted before it. A
+   * hand-off message can overtake or trail the script reply that reports the same grant, or be heard only after the
+   * script refused the claim (the grant ran out before the claim heard of it); a late copy must not be taken for a
+   * new hand-off: the lock may belong to someone else by now.
    */
   spent: bigint;
 }
@@ -125,7 +126,8 @@ export type ScriptReply =
    * semaphore's permit.
    */
   | { readonly granted: true; readonly fence: bigint; readonly pttl?: number; readonly slot?: number }
-  | { readonly granted: false; readonly pttl: number };
+  /** `ceiling`: no token minted before the refusal is above it (see `Claim.spent`). */
+  | { readonly granted: false; readonly pttl: number; readonly ceiling?: bigint };
 
 export const DECIMAL = /^[1-9]\d*$/;
 const GONE: Standing<Wait> = { kind: 'gone' };
@@ -133,15 +135,19 @@ const LOOK_AGAIN: Standing<Wait> = { kind: 'behind', wait: { recheckInMs: 0 } };
 
 /**
  * The acquire and leave scripts answer with the fencing token (a string) when they granted the lock to the caller,
- * with {fencing token, PTTL} when the caller already held it, and with the holder's PTTL otherwise.
+ * with {fencing token, PTTL} when the caller already held it, and with the holder's PTTL otherwise: alone (the leave
+ * script) or as {PTTL, ceiling} (the acquire script's refusal).
  */
 function parseReply(reply: unknown, _claim: Claim, what: string): ScriptReply {
   if (typeof reply === 'string' && DECIMAL.test(reply)) return { granted: true, fence: BigInt(reply) };
   if (typeof reply === 'number') return { granted: false, pttl: reply };
   if (Array.isArray(reply) && reply.length === 2) {
-    const [fence, pttl] = reply as unknown[];
-    if (typeof fence === 'string' && DECIMAL.test(fence) && typeof pttl === 'number') {
-      return { granted: true, fence: BigInt(fence), pttl };
+    const [first, second] = reply as unknown[];
+    if (typeof first === 'string' && DECIMAL.test(first) && typeof second === 'number') {
+      return { granted: true, fence: BigInt(first), pttl: second };
+    }
+    if (typeof first === 'number' && typeof second === 'string' && DECIMAL.test(second)) {
+      return { granted: false, pttl: first, ceiling: BigInt(second) };
     }
   }
   throw unexpectedReply(what, reply);
@@ -441,6 +447,7 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
       return standing instanceof Promise ? standing.then(orLookAgain) : standing;
     }
     claim.lastMiss = now;
+    if (reply.ceiling !== undefined && reply.ceiling > claim.spent) claim.spent = reply.ceiling;
     // Refused without queueing: nothing of this claim is in Redis.
     if (!call.queue) claim.placed = false;
     const pttl = reply.pttl;

@@ -225,7 +225,8 @@ const PRELUDE = LUA_CLOCK + LUA_VALUES + LUA_FLAGS + LUA_MINT + LUA_QUEUE;
  * ARGV[1] ownership token, ARGV[2] ttl ms, ARGV[3] wait ms (0: do not queue), ARGV[4] the caller's notify channel
  * ('' when not queueing), ARGV[5] the metadata to store with the grant (absent: none).
  * Returns the fencing token (a string) when this call granted the lock to the caller, {fencing token, PTTL} when
- * the caller already held it (granted earlier by a hand-off), else the holder's PTTL (an integer).
+ * the caller already held it (granted earlier by a hand-off), else {the holder's PTTL, ceiling}: an integer, and a
+ * bound on every token minted so far (a decimal string).
  * A free lock goes to the oldest live waiter, so a caller that is not queued never overtakes the queue.
  */
 const ACQUIRE_FAST = `
@@ -344,8 +345,12 @@ if wait > 0 and redis.call('HSETNX', KEYS[4], owner, entry_for(wait)) == 1 then
   end
 end
 if put then restore(value, expiry) end
-if expiry then return tonumber(expiry) - now end
-return redis.call('PTTL', KEYS[1])
+-- Refused: with the holder's PTTL goes a bound on every token minted so far (F, or the clock when the counter was
+-- lost: see "Fencing tokens"). A hand-off the caller hears of later with no higher token was made before now, and
+-- is over: the caller does not hold it.
+local ceiling = num(math.max(F, US))
+if expiry then return {tonumber(expiry) - now, ceiling} end
+return {redis.call('PTTL', KEYS[1]), ceiling}
 `;
 
 /**

@@ -9,12 +9,20 @@ import type { SemaphoreScripts } from './semaphore-scripts.js';
 /**
  * The acquire and leave scripts' replies (see `semaphore-scripts.ts`): {fence, slot} for a grant made by the script,
  * {fence, slot, PTTL} for one handed over earlier, {"permits", stored} for another limit in use, else the ms until
- * the earliest known lease ends (0: none to wait for).
+ * the lease the caller waits for ends (0: none known): alone, or for a queued caller as {ms, ceiling}.
  */
 function parseReply(reply: unknown, claim: Claim, what: string): ScriptReply {
   if (typeof reply === 'number') return { granted: false, pttl: reply };
   if (Array.isArray(reply)) {
     const [first, second, third] = reply as unknown[];
+    if (
+      reply.length === 2 &&
+      typeof first === 'number' &&
+      typeof second === 'string' &&
+      DECIMAL.test(second)
+    ) {
+      return { granted: false, pttl: first, ceiling: BigInt(second) };
+    }
     if (reply.length === 2 && first === 'permits' && typeof second === 'number') {
       // Refused before anything was written: nothing of this claim is in Redis.
       claim.placed = false;

@@ -10,36 +10,52 @@ import { LUA_CLOCK, LUA_MINT, LUA_VALUES, luaSource } from './scripts.js';
  *   KEYS[3] queue   list of waiting ownership tokens, oldest first
  *   KEYS[4] waiters hash ownership token -> "<deadline ms> <ttl ms> <notify channel>" while queued, "=<slot>" once a
  *                   slot was handed to it (until its release: its grant is flagged q)
- * and slot i's key, KEYS[1] with "slots" replaced by "slot:<i>": a string valued "<who> <fence> <expiry ms> <flags>"
- * like a held lock key (flags "-", or "q": handed over from the queue), expiring with the lease (PXAT). Renewals are
- * thus the lock's own scripts, and a batch may mix locks and permits.
+ * and slot i's key, KEYS[1] with "slots" replaced by "slot:<i>": a string valued "<who> <fence> <expiry ms> <flags>
+ * <permits>", a held lock key whose metadata is the limit it was granted under (flags "-", or "q": handed over from
+ * the queue), expiring with the lease (PXAT). Renewals are thus the lock's own scripts, which keep what follows the
+ * expiry, and a batch may mix locks and permits. (A weight can follow the limit later.)
  *
  * Slots. A slot key is the truth about its holder; the sorted set is an index that finds a slot in O(log N): the
  * lowest-scored member is a free slot (0) or the lease known to end first. Renewals do not touch the index, so a
  * known end may be early, never late: when no slot is known to be free, the leases that look over are checked on
- * their keys and indexed again with their real end (or 0: ran out), each renewed lease once per lease period. While every used slot is held
- * and fewer than permits are used, the next grant opens slot hw (ZCARD - 1). A grant writes its slot key only if it
- * is missing (NX), so an index that lost track (it expired, Redis lost writes) never makes two holders of one slot:
- * the slot is indexed again and another one tried. Never more than `permits` slots exist, each with one holder.
+ * their keys and indexed again with their real end (or 0: ran out), each renewed lease once per lease period. While
+ * every used slot is held and fewer than permits are used, the next grant opens slot hw (ZCARD - 1). Nothing is
+ * granted on the index's word alone: a fresh grant writes its slot key only if it is missing (NX), and a slot about
+ * to be handed to a waiter is read first; a live lease found there is indexed again and another slot tried. So an
+ * index that lost track never makes two holders of one slot.
+ *
+ * The index's life: the lease plus the fence retention past each grant, and at least the queue's. Renewals do not
+ * extend it, so it can still go while leases live (a lease renewed past that with no grant meanwhile, a later grant
+ * with a shorter lease, eviction). A script that finds no limit member rebuilds it from slot keys 0 … permits-1 (read
+ * with MGET, O(permits), on that path only) and takes the limit from their values: what `available` counts and the
+ * limit check stay true. (A caller with a smaller limit reads only its own slots.)
  *
  * The limit: member "n". While anyone holds or waits, a caller with another limit is refused ({"permits",
  * stored}); once nobody does, any limit is taken and the index starts afresh under it.
  *
  * Tokens: one counter for the whole semaphore, so strictly increasing per slot, minted as lock tokens are
  * (max(last + 1, server clock in µs), the fence key living the lease plus the fence retention past each grant: see
- * `scripts.ts`). The index lives as long as the fence key (a lease renewed for longer than the fence retention with
- * no grant meanwhile may outlive it: the slot keys still keep its holder, and the index is rebuilt as above).
+ * `scripts.ts`).
  *
  * Waiting. A caller queues only when no slot is free (or others wait). A release hands its slot to the oldest live
- * waiter in the same script, with one message "<owner> <fence> <slot>" to that waiter's process (an entry past its
- * deadline, or whose process no longer listens, is skipped), so a release wakes exactly one waiter. A lease that runs
- * out unreleased is noticed by the head waiter, which looks again when the earliest known lease ends; the p-th
- * waiter looks when the p-th lease to end does (those ahead take the earlier ones), one further back than there are
- * slots once a second; and any acquire that finds a slot free while others wait hands it to the oldest of them
- * first. No herd: each expiry wakes the waiter it is due to.
+ * waiter in the same script: the grant is written, then one message "<owner> <fence> <slot>" goes to that waiter's
+ * process (an entry past its deadline, or whose process no longer listens, is skipped), so a release wakes exactly
+ * one waiter and no message announces a grant Redis does not hold. A lease that runs out unreleased is noticed by
+ * the head waiter, which looks again when the earliest known lease ends; the p-th waiter looks when the p-th lease to
+ * end does (those ahead take the earlier ones), one further back than there are slots once a second; and any acquire
+ * that finds a slot free while others wait hands it to the oldest of them first. A queued caller that is refused
+ * learns a bound on every token minted so far: a hand-off message heard later with no higher token is for a grant
+ * that is already over, and is ignored.
+ *
+ * Redis Cluster. The slot keys are not declared (a script finds its slot inside), so during a resharding one may
+ * already be on the other node, and touching it fails the script where it stands, with no rollback. Every script
+ * therefore reads each slot key it may write before it writes anything a caller is told about (the queue, a waiter's
+ * entry, a message); only the fence key (a skipped token) and the index (a correction) may have been written before.
  */
 const SEM_PRELUDE = `
 local SLOT = string.sub(KEYS[1], 1, -6) .. 'slot:'
+-- The limit a grant written by this script carries (set by each script before it grants).
+local LIMIT
 
 -- The next token. The first grant of a script writes the clock's token to the fence key reading the last one
 -- (SET ... GET, as the lock's acquire does); mint then keeps the count from there, and writes again only when the
@@ -52,19 +68,29 @@ local function token(ttl)
   return mint(ttl)
 end
 
--- Slot \`slot\`'s lease while it is live: who, fence, expiry (ms), flags; nil when the slot is free or ran out.
-local function holder(slot)
-  local value = redis.call('GET', SLOT .. slot)
+-- The limit a slot value's metadata (parse's rest) carries; nil in an older value without one.
+local function limit_of(rest)
+  return rest and tonumber(string.match(rest, '^ (%d+)'))
+end
+
+-- A slot value's lease while it is live: who, fence, expiry (ms), flags, rest; nil when free or run out.
+local function live(value)
   if not value then return nil end
-  local who, fence, expiry, flags = parse(value)
+  local who, fence, expiry, flags, rest = parse(value)
   if not expiry or tonumber(expiry) <= now_ms() then return nil end
-  return who, fence, tonumber(expiry), flags
+  return who, fence, tonumber(expiry), flags, rest
+end
+
+-- Slot \`slot\`'s lease while it is live (see live).
+local function holder(slot)
+  return live(redis.call('GET', SLOT .. slot))
 end
 
 -- Writes \`who\`'s grant of \`slot\` and indexes it; the index lives as long as the fence key.
 local function put(slot, who, fence, ttl, flags)
   local expiry = num(now_ms() + ttl)
-  redis.call('SET', SLOT .. slot, who .. ' ' .. fence .. ' ' .. expiry .. ' ' .. flags, 'PXAT', expiry)
+  local value = who .. ' ' .. fence .. ' ' .. expiry .. ' ' .. flags .. (LIMIT and ' ' .. LIMIT or '')
+  redis.call('SET', SLOT .. slot, value, 'PXAT', expiry)
   redis.call('ZADD', KEYS[1], expiry, slot)
   redis.call('PEXPIRE', KEYS[1], num(ttl + RETENTION_MS))
 end
@@ -74,7 +100,8 @@ end
 local function take(slot, who, ttl)
   local fence = token(ttl)
   local expiry = num(now_ms() + ttl)
-  if redis.call('SET', SLOT .. slot, who .. ' ' .. fence .. ' ' .. expiry .. ' -', 'PXAT', expiry, 'NX') then
+  local value = who .. ' ' .. fence .. ' ' .. expiry .. ' -' .. (LIMIT and ' ' .. LIMIT or '')
+  if redis.call('SET', SLOT .. slot, value, 'PXAT', expiry, 'NX') then
     redis.call('ZADD', KEYS[1], expiry, slot)
     redis.call('PEXPIRE', KEYS[1], num(ttl + RETENTION_MS))
     return fence
@@ -88,34 +115,37 @@ local function take(slot, who, ttl)
   return fence
 end
 
--- Gives \`slot\` (free, or its holder's who lets go) to the oldest waiter still there, telling only that waiter's
--- process; the caller itself (skip) reads its grant from the reply. Returns the new holder and its token, or nil
--- when nobody could take it.
+-- Gives \`slot\` to the oldest waiter still there, telling only that waiter's process; the caller itself (skip) reads
+-- its grant from the reply. The caller has read the slot's key in this script: free, or its own holder's, who lets
+-- go. The grant is written before the message goes, and undone by the next one (or let_go) if nobody heard it.
+-- Returns the new holder and its token; or nil, nil, and whether a grant nobody heard was written.
 local function hand_over(slot, skip)
+  local written = false
   while true do
     local head = redis.call('LPOP', KEYS[3])
-    if not head then return nil end
+    if not head then return nil, nil, written end
     local entry = redis.call('HGET', KEYS[4], head)
     local deadline, ttl, channel
     if entry then deadline, ttl, channel = string.match(entry, '^(%d+) (%d+) (.+)$') end
     if deadline and tonumber(deadline) > now_ms() then
       local fence = token(ttl)
-      if head == skip or publish(channel, head .. ' ' .. fence .. ' ' .. slot) > 0 then
-        put(slot, head, fence, tonumber(ttl), 'q')
-        redis.call('HSET', KEYS[4], head, '=' .. slot)
-        return head, fence
-      end
+      put(slot, head, fence, tonumber(ttl), 'q')
+      redis.call('HSET', KEYS[4], head, '=' .. slot)
+      written = true
+      if head == skip or publish(channel, head .. ' ' .. fence .. ' ' .. slot) > 0 then return head, fence end
     end
     if entry then redis.call('HDEL', KEYS[4], head) end
   end
 end
 
--- \`slot\` is let go (released, or its lease ran out): to the oldest live waiter, else free.
-local function let_go(slot, skip)
-  local head, fence = hand_over(slot, skip)
+-- \`slot\` is let go (released, or its lease ran out; read by the caller as for hand_over): to the oldest live
+-- waiter, else free (\`deleted\`: its key is gone already). The index is only updated, never made here: one lost
+-- meanwhile is rebuilt whole (see above).
+local function let_go(slot, skip, deleted)
+  local head, fence, written = hand_over(slot, skip)
   if head then return head, fence end
-  redis.call('DEL', SLOT .. slot)
-  redis.call('ZADD', KEYS[1], 0, slot)
+  if written or not deleted then redis.call('DEL', SLOT .. slot) end
+  redis.call('ZADD', KEYS[1], 'XX', 0, slot)
 end
 
 -- Whether anyone holds a live lease or waits with a live deadline (only when a caller asks for another limit).
@@ -143,10 +173,54 @@ local function refresh()
 end
 
 -- The limit stored with the index, from its first members (ZRANGE 0 …): "n" comes first, scored -permits. Nil
--- when there is none (a semaphore not used since its keys ran out).
+-- when there is none (a semaphore not used since its keys ran out, or an index lost under its leases).
 local function stored_limit(first)
   if first[1] == 'n' then return -tonumber(first[2]) end
   return nil
+end
+
+-- The live leases among slots 0 … permits-1, read from their keys (MGET, a thousand at a time; nothing written):
+-- {slot, expiry} pairs, the limit their values carry (nil if none does), and the latest expiry (0: none).
+local function live_slots(permits)
+  local found, limit, latest = {}, nil, 0
+  for from = 0, permits - 1, 1000 do
+    local keys = {}
+    for i = from, math.min(from + 999, permits - 1) do keys[#keys + 1] = SLOT .. i end
+    local values = redis.call('MGET', unpack(keys))
+    for j = 1, #keys do
+      local _, _, expiry, _, rest = live(values[j] or nil)
+      if expiry then
+        found[#found + 1] = {from + j - 1, expiry}
+        limit = limit or limit_of(rest)
+        if expiry > latest then latest = expiry end
+      end
+    end
+  end
+  return found, limit, latest
+end
+
+-- The index made again under \`permits\` from the live leases \`found\` (live_slots): the limit, each slot up to the
+-- highest live one with its lease's end or 0 (free), and a life covering the latest lease plus the fence retention
+-- (ttl: at least this caller's lease). \`stale\`: an index without a limit is there (only grants written after it was
+-- lost), and goes first.
+local function rebuild(permits, found, latest, ttl, stale)
+  if stale then redis.call('DEL', KEYS[1]) end
+  local ends, top = {}, -1
+  for _, pair in ipairs(found) do
+    ends[pair[1]] = pair[2]
+    if pair[1] > top then top = pair[1] end
+  end
+  local args = {-permits, 'n'}
+  for slot = 0, top do
+    args[#args + 1] = ends[slot] or 0
+    args[#args + 1] = slot
+    if #args >= 2000 then
+      redis.call('ZADD', KEYS[1], unpack(args))
+      args = {}
+    end
+  end
+  if #args > 0 then redis.call('ZADD', KEYS[1], unpack(args)) end
+  redis.call('PEXPIRE', KEYS[1], num(math.max(latest - now_ms(), ttl) + RETENTION_MS))
 end
 `;
 
@@ -154,12 +228,14 @@ end
  * ARGV[1] ownership token, ARGV[2] ttl ms, ARGV[3] wait ms (0: do not queue), ARGV[4] notify channel ('' when not
  * queueing), ARGV[5] permits, ARGV[6] '1' when the claim looks again (it may have been handed a slot).
  * Returns {fencing token, slot} for a grant made now, {fencing token, slot, PTTL} for one handed over earlier,
- * {"permits", stored limit} when the semaphore is in use with another limit, else the ms until the earliest known
- * lease ends (for the head waiter and a caller that does not queue; 0 for a waiter behind others).
+ * {"permits", stored limit} when the semaphore is in use with another limit; else the ms until the earliest known
+ * lease ends for a caller that does not queue, and {ms, ceiling} for one that does: ms until the lease its turn
+ * waits for ends (0: none known), and a bound on every token minted so far (a decimal string).
  */
 const ACQUIRE = `
 local owner, ttl, wait, permits = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[5])
 local now = now_ms()
+LIMIT = permits
 
 if ARGV[6] == '1' then
   local entry = redis.call('HGET', KEYS[4], owner)
@@ -178,9 +254,16 @@ if stored ~= permits then
   if stored then
     if in_use() then return {'permits', stored} end
     redis.call('DEL', KEYS[1])
+    redis.call('ZADD', KEYS[1], -permits, 'n')
+    redis.call('PEXPIRE', KEYS[1], num(ttl + RETENTION_MS))
+    first = {}
+  else
+    -- No index (never used, idle past its life, or lost under live leases): made again from the slot keys.
+    local found, limit, latest = live_slots(permits)
+    if limit and limit ~= permits then return {'permits', limit} end
+    rebuild(permits, found, latest, ttl, #first > 0)
+    first = #found > 0 and redis.call('ZRANGE', KEYS[1], 0, 1, 'WITHSCORES') or {}
   end
-  redis.call('ZADD', KEYS[1], -permits, 'n')
-  first = {}
 end
 
 -- A slot to grant, given the lowest-scored one: it if free, else (leases that look over checked first) one never
@@ -210,10 +293,17 @@ while true do
   slot, earliest = free_slot(slot, earliest)
   if not slot then break end
   if queued then
-    local head, fence = let_go(slot, owner)
-    if head == owner then return {fence, tonumber(slot)} end
-    -- Nobody took it: the queue held only entries that can no longer take a slot, and the slot is free now.
-    if not head then queued = false end
+    -- Read before anyone is told: the index may have lost track of its holder (and on a cluster, a key no longer
+    -- here fails the script now, before the queue is touched).
+    local _, _, held = holder(slot)
+    if held then
+      redis.call('ZADD', KEYS[1], held, slot)
+    else
+      local head, fence = let_go(slot, owner)
+      if head == owner then return {fence, tonumber(slot)} end
+      -- Nobody took it: the queue held only entries that can no longer take a slot, and the slot is free now.
+      if not head then queued = false end
+    end
   else
     local fence = take(slot, owner, ttl)
     if fence then return {fence, tonumber(slot)} end
@@ -226,10 +316,14 @@ if wait == 0 then return earliest and math.max(earliest - now, 1) or 0 end
 local position
 if redis.call('HSETNX', KEYS[4], owner, num(now + wait) .. ' ' .. ARGV[2] .. ' ' .. ARGV[4]) == 1 then
   position = redis.call('RPUSH', KEYS[3], owner)
-  -- The queue outlives no entry (with a margin, so that a stream of waiters does not extend it on every arrival).
+  -- The queue outlives no entry (with a margin, so that a stream of waiters does not extend it on every arrival),
+  -- and the index outlives the queue.
   if redis.call('PTTL', KEYS[3]) < wait then
     redis.call('PEXPIRE', KEYS[3], wait + QUEUE_MARGIN_MS)
     redis.call('PEXPIRE', KEYS[4], wait + QUEUE_MARGIN_MS)
+    if redis.call('PTTL', KEYS[1]) < wait + QUEUE_MARGIN_MS then
+      redis.call('PEXPIRE', KEYS[1], wait + QUEUE_MARGIN_MS)
+    end
   end
 else
   position = (redis.call('LPOS', KEYS[3], owner) or -1) + 1
@@ -237,21 +331,30 @@ end
 -- The p-th waiter's turn comes by expiry when the p-th lease to end does, as far as the index knows (a release hands
 -- over sooner); one further back than there are slots looks once a second.
 local nth = position > 0 and redis.call('ZRANGE', KEYS[1], position, position, 'WITHSCORES')[2]
-return nth and math.max(tonumber(nth) - now, 1) or 0
+-- Every token minted so far is at most the fence key's (or, if it was lost, the clock's: see scripts.ts). A hand-off
+-- this claim hears of later with no higher token was made before now, and is over: this claim does not hold it.
+local ceiling = math.max(F or tonumber(redis.call('GET', KEYS[2]) or '') or 0, now_us())
+return {nth and math.max(tonumber(nth) - now, 1) or 0, num(ceiling)}
 `;
 
 /**
  * KEYS[5] the slot's key; ARGV[1] the claim "<ownership token> <fencing token>", ARGV[2] the slot. Owner-checked:
  * the slot goes to the oldest live waiter, or is free. Returns 1 when the holder let go, 0 when it did not hold.
+ * Deletes first, checks after (GETDEL): the common case needs the delete, and someone else's lease goes back as it
+ * was, until its own expiry (a value in no known layout is free to any grant anyway, and stays deleted).
  */
 const RELEASE = `
-local value = redis.call('GET', KEYS[5])
+local value = redis.call('GETDEL', KEYS[5])
+if not value then return 0 end
 local claim = ARGV[1] .. ' '
-if not value or string.sub(value, 1, #claim) ~= claim then return 0 end
-local who, _, _, flags = parse(value)
-if not flags then return 0 end
+local who, _, expiry, flags, rest = parse(value)
+if not flags or string.sub(value, 1, #claim) ~= claim then
+  if expiry then redis.call('SET', KEYS[5], value, 'PXAT', expiry) end
+  return 0
+end
 if has(flags, 'q') then redis.call('HDEL', KEYS[4], who) end
-let_go(ARGV[2])
+LIMIT = limit_of(rest)
+let_go(ARGV[2], nil, true)
 return 1
 `;
 
@@ -259,15 +362,13 @@ return 1
  * A claim leaves (ARGV[1] its ownership token): its queue entry goes, and a slot granted to it is kept (ARGV[2] =
  * '1': returns {fencing token, slot, PTTL}) or let go ('0'). A claim with no entry whose reply was lost may hold a
  * slot granted without one: it is looked for among the live leases (O(held slots), on this path only). Returns 0
- * when the claim holds nothing afterwards.
+ * when the claim holds nothing afterwards. Reads everything first (see the header on Redis Cluster).
  */
 const LEAVE = `
 local owner = ARGV[1]
-redis.call('LREM', KEYS[3], 0, owner)
 local entry = redis.call('HGET', KEYS[4], owner)
 local slot
 if entry then
-  redis.call('HDEL', KEYS[4], owner)
   slot = string.match(entry, '^=(%d+)$')
 else
   for _, s in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(0', '+inf')) do
@@ -277,23 +378,32 @@ else
     end
   end
 end
-if not slot then return 0 end
-local who, fence, expiry = holder(slot)
+local who, fence, expiry, rest, _
+if slot then who, fence, expiry, _, rest = holder(slot) end
+redis.call('LREM', KEYS[3], 0, owner)
+if entry then redis.call('HDEL', KEYS[4], owner) end
 if who ~= owner then return 0 end
 if ARGV[2] == '1' then return {fence, tonumber(slot), expiry - now_ms()} end
+LIMIT = limit_of(rest)
 let_go(slot)
 return 0
 `;
 
 /**
  * ARGV[1] permits. Returns how many slots no live lease holds (leases that look over are checked on their keys),
- * or {"permits", stored limit} as the acquire script does. Writes nothing but the index's corrections.
+ * or {"permits", stored limit} as the acquire script does. Writes nothing but the index's corrections; with no
+ * index, counts the live slot keys (as the acquire script's rebuild reads them) and writes nothing.
  */
 const AVAILABLE = `
 local permits = tonumber(ARGV[1])
 local stored = stored_limit(redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES'))
+if not stored then
+  local found, limit = live_slots(permits)
+  if limit and limit ~= permits then return {'permits', limit} end
+  return math.max(0, permits - #found)
+end
 if stored ~= permits then
-  if stored and in_use() then return {'permits', stored} end
+  if in_use() then return {'permits', stored} end
   return permits
 end
 refresh()
