@@ -80,6 +80,9 @@ export class PostgresLockService implements LockService {
     const watch: PostgresReleaseWatch = new PostgresReleaseWatch(db, clock, {
       observe: (names, ms) => db.query('observe', sql.observe, [names, watch.channel, ms]),
       unobserve: (name) => db.query('unobserve', sql.unobserve, [name, watch.channel]),
+      passOn: (kind, name) => db.query('pass on a wake-up', sql.wakeHead, [kind, name]),
+      selfNotify: (payload) =>
+        db.query('listening check', 'SELECT pg_notify($1, $2)', [watch.channel, payload]),
     });
     this.#watch = watch;
     this.#locks = new PostgresProtocol(this.#db, this.#sql, this.#watch, 'l');

@@ -266,8 +266,13 @@ export class PostgresProtocol implements QueueDriver<Claim, Wait> {
       claim.queue ? this.#watch.channel : null,
     ];
     if (target.kind === 's') values.push(target.permits);
+    // The server's own bound on this statement: one that stalls there (a row lock, a paused backend) past the time
+    // this call waits for it writes nothing, so it cannot commit a grant after the caller gave up and cleaned up.
+    values.push(this.#db.timeoutMs);
     const sentAt = clock.monotonic();
+    const noticesBefore = this.#watch.notices(claim.id);
     // From here until it settles, the statement may grant or queue: leave must run, and wait for it.
+    const placedBefore = claim.placed;
     claim.placed = true;
     claim.inFlight++;
     const rows = await this.#db.query(
@@ -286,6 +291,11 @@ export class PostgresProtocol implements QueueDriver<Claim, Wait> {
     const row = onlyRow(rows, 'acquire');
     const token = bigintOf(row, 'token', 'acquire');
     if (token !== undefined) {
+      // A wake-up that came while this statement ran may be for a slot it did not see freed: the next waiter
+      // gets it instead of nobody. (A lock has one slot: it cannot have been freed twice.)
+      if (target.kind === 's' && this.#watch.notices(claim.id) !== noticesBefore) {
+        this.#watch.passOn(target.kind, request.name);
+      }
       this.#watch.unregister(claim.id);
       if (target.kind === 'l') this.#watch.notify(request.name);
       const grant: Grant = {
@@ -304,7 +314,8 @@ export class PostgresProtocol implements QueueDriver<Claim, Wait> {
     if (target.kind === 's') {
       const stored = integer(row, 'stored', 'acquire');
       if (stored !== undefined) {
-        claim.placed = false;
+        // This statement wrote nothing, but an earlier one of the claim may have queued it: leave must still run.
+        claim.placed = placedBefore;
         throw new PermitsMismatchError(request.name, target.permits, stored);
       }
     }

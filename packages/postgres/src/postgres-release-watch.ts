@@ -8,8 +8,10 @@ const IDLE_CLOSE_MS = 2_000;
 /** An observer row lives this long unless refreshed; the service refreshes its rows every third of it. */
 const OBSERVE_MS = 60_000;
 /**
- * While listening, the connection is asked a `SELECT 1` this often: a socket to a paused or cut-off server stays
- * open without an error, and notices would stop without a word.
+ * While listening, the service checks this often (and once right after each LISTEN) that a notice sent through the
+ * pool arrives on the listening connection: a socket to a paused or cut-off server stays open without an error, and
+ * a LISTEN that went through a transaction-pooling proxy landed on a server connection nobody reads; either way
+ * notices would stop without a word.
  */
 const PING_MS = 10_000;
 const MIN_BACKOFF_MS = 50;
@@ -32,6 +34,16 @@ export interface Observing {
   /** Writes or refreshes this service's observer rows of `names` for `ms`. */
   observe(names: readonly string[], ms: number): Promise<unknown>;
   unobserve(name: string): Promise<unknown>;
+  /** Wakes the first live waiter of (kind, name): a wake-up reached a claim that no longer waits. */
+  passOn(kind: string, name: string): Promise<unknown>;
+  /** Sends `payload` to this service's channel through the pool (the listening connection's check). */
+  selfNotify(payload: string): Promise<unknown>;
+}
+
+interface Waiting {
+  readonly wake: WakeSignal;
+  /** Wake-ups that reached this claim so far. */
+  notices: number;
 }
 
 export class PostgresReleaseWatch {
@@ -39,9 +51,15 @@ export class PostgresReleaseWatch {
   readonly channel = `dlock_wake_${randomBytes(8).toString('hex')}`;
   readonly #db: Database;
   readonly #clock: Clock;
-  readonly #claims = new Map<string, WakeSignal>();
+  readonly #claims = new Map<string, Waiting>();
+  /** Checks of the listening connection awaiting their notice, by payload. */
+  readonly #probes = new Map<string, () => void>();
+  /** False after a check failed: the next connection counts as listening only once its own check passes. */
+  #trusted = true;
   readonly #names = new Map<string, Set<() => void>>();
   #listening: Listening | undefined;
+  /** A connection that has LISTENed but whose check has not passed yet (after a failed one). */
+  #unconfirmed: Listening | undefined;
   #opening = false;
   #backoffMs = MIN_BACKOFF_MS;
   #idleTimer: AbortController | undefined;
@@ -66,10 +84,21 @@ export class PostgresReleaseWatch {
   /** The wake-up of a claim that is about to queue (registered before its first statement can queue it). */
   register(claimId: string): WakeSignal {
     const wake = new WakeSignal();
-    this.#claims.set(claimId, wake);
+    this.#claims.set(claimId, { wake, notices: 0 });
     this.#idleTimer = cancel(this.#idleTimer);
     if (!this.#listening) this.#open();
     return wake;
+  }
+
+  /** Wake-ups that reached a registered claim so far (0 once it is unregistered). */
+  notices(claimId: string): number {
+    return this.#claims.get(claimId)?.notices ?? 0;
+  }
+
+  /** Hands a wake-up this service cannot use to the first live waiter of (kind, name). */
+  passOn(kind: string, name: string): void {
+    if (this.#closed) return;
+    this.#observing.passOn(kind, name).catch(() => {});
   }
 
   unregister(claimId: string): void {
@@ -124,21 +153,27 @@ export class PostgresReleaseWatch {
     this.#wakeAll();
     this.#claims.clear();
     const listening = this.#listening;
+    const unconfirmed = this.#unconfirmed;
     this.#listening = undefined;
-    await listening?.close();
+    this.#unconfirmed = undefined;
+    await Promise.all([listening?.close(), unconfirmed?.close()]);
   }
 
   #open(): void {
-    if (this.#opening || this.#listening || this.#closed || !this.#db.canListen || this.#retryTimer) {
+    if (
+      this.#opening ||
+      this.#listening ||
+      this.#unconfirmed ||
+      this.#closed ||
+      !this.#db.canListen ||
+      this.#retryTimer
+    ) {
       return;
     }
     this.#opening = true;
     this.#db
       .listen(this.channel, {
-        onNotice: (payload) => {
-          if (payload.startsWith('c:')) this.notify(payload.slice(2));
-          else this.#claims.get(payload)?.notify();
-        },
+        onNotice: (payload) => this.#onNotice(payload),
         onLost: () => this.#lost(),
       })
       .then(
@@ -148,12 +183,9 @@ export class PostgresReleaseWatch {
             void listening.close();
             return;
           }
-          this.#listening = listening;
-          this.#backoffMs = MIN_BACKOFF_MS;
-          this.#schedulePing(listening);
-          // A release may have come before the LISTEN did: every waiter and observer looks again once.
-          this.#wakeAll();
-          for (const name of [...this.#names.keys()]) this.notify(name);
+          if (this.#trusted) this.#confirmed(listening);
+          else this.#unconfirmed = listening;
+          this.#check(listening);
         },
         () => {
           this.#opening = false;
@@ -162,27 +194,113 @@ export class PostgresReleaseWatch {
       );
   }
 
+  /** `<claim id>:<kind>:<name>` or a bare claim id (a wake-up), `c:<name>` (an observed change), `p:<nonce>`. */
+  #onNotice(payload: string): void {
+    const colon = payload.indexOf(':');
+    if (colon === 1) {
+      const rest = payload.slice(2);
+      if (payload.startsWith('c:')) this.notify(rest);
+      else if (payload.startsWith('p:')) this.#probes.get(rest)?.();
+      return;
+    }
+    const id = colon < 0 ? payload : payload.slice(0, colon);
+    const waiting = this.#claims.get(id);
+    if (waiting) {
+      waiting.notices++;
+      waiting.wake.notify();
+      return;
+    }
+    // Not waiting any more (granted by a statement that did not see this release, or gone): the next waiter may
+    // be the one a slot is free for. A bare id was passed on already and goes no further.
+    if (colon < 0) return;
+    const kind = payload.slice(colon + 1, colon + 2);
+    if (payload[colon + 2] === ':') this.passOn(kind, payload.slice(colon + 3));
+  }
+
+  /** The connection's LISTEN counts once a notice sent through the pool has come back on it. */
+  #confirmed(listening: Listening): void {
+    this.#listening = listening;
+    this.#backoffMs = MIN_BACKOFF_MS;
+    // A release may have come before the LISTEN did: every waiter and observer looks again once.
+    this.#wakeAll();
+    for (const name of [...this.#names.keys()]) this.notify(name);
+  }
+
+  /**
+   * A notice to this service's own channel, sent through the pool, must arrive on the listening connection within
+   * twice a statement's bound; then the next check is due in PING_MS. A connection that did not hear it, or that no longer
+   * answers, is dropped, and waiters fall back to their backoff until a new one passes.
+   */
+  #check(listening: Listening): void {
+    this.#verdict(listening).then((verdict) => {
+      // A connection lost or closed meanwhile says nothing about the next one.
+      if (this.#listening !== listening && this.#unconfirmed !== listening) return;
+      if (verdict === 'heard') this.#trusted = true;
+      if (verdict === 'deaf') this.#trusted = false;
+      if (this.#unconfirmed === listening) {
+        this.#unconfirmed = undefined;
+        if (verdict !== 'heard' || this.#closed || !this.#needed()) {
+          void listening.close();
+          if (verdict !== 'heard') this.#retry();
+          return;
+        }
+        this.#confirmed(listening);
+      }
+      if (this.#listening !== listening) return;
+      if (verdict === 'heard' || verdict === 'answers') {
+        this.#schedulePing(listening);
+        return;
+      }
+      void listening.close();
+      this.#lost();
+    });
+  }
+
+  /**
+   * `heard`: the notice came back. `deaf`: it was sent and never arrived (a LISTEN through a transaction-pooling
+   * proxy, a cut-off socket). When it could not even be sent (a busy pool, a server away), that says nothing about
+   * the LISTEN, and the listening connection answers for itself: `answers` or `gone`. Sending the check's statement
+   * is what a busy pool delays; counting that as deaf would drop the connection and wake every waiter at the worst
+   * moment.
+   */
+  async #verdict(listening: Listening): Promise<'heard' | 'deaf' | 'answers' | 'gone'> {
+    const nonce = randomBytes(6).toString('hex');
+    const arrived = new Promise<void>((resolve) => this.#probes.set(nonce, resolve));
+    try {
+      try {
+        await this.#observing.selfNotify(`p:${nonce}`);
+      } catch {
+        return await listening.ping().then(
+          () => 'answers' as const,
+          () => 'gone' as const,
+        );
+      }
+      const timer = new AbortController();
+      // A loaded server or client can be slow to hand a notice over: only a long silence counts as deafness.
+      const late = this.#clock.sleep(2 * this.#db.timeoutMs, timer.signal, { unref: true }).then(
+        () => 'deaf' as const,
+        () => 'deaf' as const,
+      );
+      const verdict = await Promise.race([arrived.then(() => 'heard' as const), late]);
+      timer.abort();
+      return verdict;
+    } finally {
+      this.#probes.delete(nonce);
+    }
+  }
+
   #schedulePing(listening: Listening): void {
     this.#pingTimer = cancel(this.#pingTimer);
     this.#pingTimer = this.#later(PING_MS, () => {
       this.#pingTimer = undefined;
-      if (this.#listening !== listening) return;
-      listening.ping().then(
-        () => {
-          if (this.#listening === listening) this.#schedulePing(listening);
-        },
-        () => {
-          if (this.#listening !== listening) return;
-          void listening.close();
-          this.#lost();
-        },
-      );
+      if (this.#listening === listening) this.#check(listening);
     });
   }
 
   #lost(): void {
     this.#pingTimer = cancel(this.#pingTimer);
     this.#listening = undefined;
+    this.#unconfirmed = undefined;
     // Waiters fall back to their backoff until notices flow again; each looks once now.
     this.#wakeAll();
     this.#retry();
@@ -204,7 +322,7 @@ export class PostgresReleaseWatch {
   }
 
   #maybeIdle(): void {
-    if (this.#needed() || this.#closed || !(this.#listening || this.#opening)) return;
+    if (this.#needed() || this.#closed || !(this.#listening || this.#unconfirmed || this.#opening)) return;
     this.#idleTimer = cancel(this.#idleTimer);
     this.#idleTimer = this.#later(IDLE_CLOSE_MS, () => this.#idle());
   }
@@ -237,12 +355,15 @@ export class PostgresReleaseWatch {
     if (this.#needed()) return;
     this.#pingTimer = cancel(this.#pingTimer);
     const listening = this.#listening;
+    const unconfirmed = this.#unconfirmed;
     this.#listening = undefined;
+    this.#unconfirmed = undefined;
     void listening?.close();
+    void unconfirmed?.close();
   }
 
   #wakeAll(): void {
-    for (const wake of this.#claims.values()) wake.notify();
+    for (const { wake } of this.#claims.values()) wake.notify();
   }
 
   /** Housekeeping timers are unref'd: they never keep the process alive. */

@@ -13,7 +13,6 @@ export interface PostgresStatements {
   /** The tables, where they are, and the DDL that creates them (idempotent, serialised by an xact lock). */
   readonly tables: { readonly tokens: string; readonly leases: string; readonly waiters: string };
   readonly createSchema: string;
-  readonly dropSchema: string;
   readonly acquireLock: string;
   readonly acquirePermit: string;
   readonly renew: string;
@@ -25,6 +24,7 @@ export interface PostgresStatements {
   readonly observe: string;
   readonly unobserve: string;
   readonly sweep: string;
+  readonly wakeHead: string;
 }
 
 const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]*$/;
@@ -57,6 +57,20 @@ const quote = (identifier: string): string => `"${identifier}"`;
 /** The lease row's duration arithmetic: `$n` milliseconds as an interval. */
 const ms = (param: string): string => `(${param}::float8 * interval '1 millisecond')`;
 
+/**
+ * The statement's own deadline ($n ms after the server received it), checked where a grant, a queue entry or a mark
+ * is written, i.e. after any row-lock wait: a statement that stalled on the server past the bound its caller gave
+ * it writes none of them, so a caller that gave up and cleaned up is not left with a grant landing after its undo.
+ */
+const inTime = (param: string): string => `clock_timestamp() < statement_timestamp() + ${ms(param)}`;
+
+/**
+ * A wake-up notice: `<claim id>:<kind>:<name>`. The claim's service forwards it to the head of (kind, name) when
+ * that claim no longer waits (see PostgresReleaseWatch); claim ids never contain ':'.
+ */
+const wakePayload = (id: string, kind: string, name: string): string =>
+  `${id} || ':' || ${kind}::text || ':' || ${name}::text`;
+
 export function postgresStatements(tablePrefix: string, schema: string | undefined): PostgresStatements {
   const qualify = (table: string): string =>
     schema === undefined ? quote(table) : `${quote(schema)}.${quote(table)}`;
@@ -64,6 +78,8 @@ export function postgresStatements(tablePrefix: string, schema: string | undefin
   const L = qualify(`${tablePrefix}leases`);
   const W = qualify(`${tablePrefix}waiters`);
   const orderIndex = quote(`${tablePrefix}waiters_order`);
+  const orderIndexQualified = qualify(`${tablePrefix}waiters_order`);
+  const permitFunction = qualify(`${tablePrefix}permit`);
 
   // The waiter's place: the live rows of the queue before its own (all of them while it has none, so a caller that
   // does not queue never overtakes one that does).
@@ -85,13 +101,100 @@ export function postgresStatements(tablePrefix: string, schema: string | undefin
     SELECT pg_notify(o.channel, 'c:' || ${name}) FROM ${W} o
      WHERE o.kind = 'o' AND o.name = ${name} AND o.expires_at > clock_timestamp() AND ${when})`;
 
+  // Semaphore acquire, enqueue and re-check ($1-$6 as for a lock, $7 the limit, $8 the statement's bound in ms),
+  // the second statement of the permit function. The function's first statement locks the semaphore's admission
+  // row (token row (s, name, -1), never a slot): every permit statement of a name waits for the one before it to
+  // commit, and this query, run after that wait with a snapshot of its own (a VOLATILE function takes a fresh
+  // snapshot per statement under READ COMMITTED), sees every grant committed before it. Without that, a statement
+  // that waited on a slot's token row decided on a snapshot older than a grant under another limit, and two limits
+  // held the semaphore at once.
+  // A waiter with k live waiters before it takes the (k+1)-th free slot, so waiters woken together pick different
+  // slots and a caller that does not queue takes a slot only when more are free than waiters wait; a waiter granted
+  // while more slots are free than it and those ahead of it need wakes the waiter after them. The slot's token row
+  // is (s, name, slot): tokens rise per slot across holders. A live holder or waiter stored with another limit
+  // refuses the call (`stored`) and nothing is written. The first waiter in line, with no slot free, writes itself
+  // into every live holder's row (next_waiter), as for a lock, and looks again at once (`again`) if a row went
+  // before it could: a release running concurrently then wakes it whatever its snapshot saw.
+  const permitQuery = `WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
+  held AS (
+    SELECT l.slot, l.permits, l.expires_at, l.next_waiter FROM ${L} l, now
+     WHERE l.kind = 's' AND l.name = $1 AND l.expires_at > now.t),
+  queue AS (
+    SELECT w.id, w.seq, w.permits, w.channel FROM ${W} w, now
+     WHERE w.kind = 's' AND w.name = $1 AND w.expires_at > now.t),
+  stored AS (
+    (SELECT h.permits FROM held h WHERE h.permits IS DISTINCT FROM $7::int
+     UNION ALL
+     SELECT q.permits FROM queue q WHERE q.permits IS DISTINCT FROM $7::int AND q.id <> $2) LIMIT 1),
+  ${ahead},
+  pick AS (
+    SELECT s.slot FROM generate_series(0, $7::int - 1) AS s(slot)
+     WHERE NOT EXISTS (SELECT 1 FROM stored) AND NOT EXISTS (SELECT 1 FROM held h WHERE h.slot = s.slot)
+     ORDER BY s.slot OFFSET (SELECT n FROM ahead) LIMIT 1),
+  minted AS (
+    INSERT INTO ${T} AS f (kind, name, slot, token) SELECT 's', $1, pick.slot, 1 FROM pick
+    ON CONFLICT (kind, name, slot) DO UPDATE SET token = f.token + 1
+    RETURNING f.slot, f.token),
+  granted AS (
+    INSERT INTO ${L} AS l (kind, name, slot, permits, owner, token, expires_at, metadata)
+    SELECT 's', $1, minted.slot, $7::int, $2, minted.token, now.t + ${ms('$3')}, $4::text FROM minted, now
+     WHERE ${inTime('$8')}
+    ON CONFLICT (kind, name, slot) DO UPDATE
+       SET permits = excluded.permits, owner = excluded.owner, token = excluded.token,
+           expires_at = excluded.expires_at, metadata = excluded.metadata, next_waiter = NULL, next_channel = NULL
+     WHERE l.expires_at <= clock_timestamp() AND ${inTime('$8')}
+    RETURNING l.slot, l.token),
+  ${dequeued('s')},
+  queued AS (
+    INSERT INTO ${W} AS w (kind, name, id, permits, channel, expires_at)
+    SELECT 's', $1, $2, $7::int, $6::text, now.t + ${ms('$5')} FROM now
+     WHERE $5::float8 > 0 AND NOT EXISTS (SELECT 1 FROM granted) AND NOT EXISTS (SELECT 1 FROM stored)
+       AND ${inTime('$8')}
+    ON CONFLICT (kind, name, id) DO UPDATE SET expires_at = excluded.expires_at, channel = excluded.channel
+    RETURNING w.seq),
+  unmarked AS (
+    SELECT h.slot FROM held h
+     WHERE $5::float8 > 0 AND (SELECT n FROM ahead) = 0 AND NOT EXISTS (SELECT 1 FROM pick)
+       AND NOT EXISTS (SELECT 1 FROM stored) AND h.next_waiter IS DISTINCT FROM $2),
+  marked AS (
+    UPDATE ${L} l SET next_waiter = $2, next_channel = $6::text FROM unmarked u, now
+     WHERE l.kind = 's' AND l.name = $1 AND l.slot = u.slot AND l.expires_at > now.t AND ${inTime('$8')}
+    RETURNING 1),
+  told AS (
+    SELECT pg_notify(q.channel, ${wakePayload('q.id', "'s'", '$1')}) FROM queue q
+     WHERE EXISTS (SELECT 1 FROM granted) AND q.id <> $2 AND q.channel IS NOT NULL
+       AND $7::int - (SELECT count(*) FROM held h WHERE h.slot < $7::int) > 1 + (SELECT n FROM ahead)
+     ORDER BY q.seq OFFSET (SELECT n FROM ahead) LIMIT 1)
+SELECT (SELECT g.slot::text FROM granted g) AS slot,
+       (SELECT g.token::text FROM granted g) AS token,
+       (SELECT x.permits::text FROM stored x) AS stored,
+       (SELECT ceil(extract(epoch FROM min(h.expires_at) - (SELECT t FROM now)) * 1000)::text FROM held h)
+         AS holder_ms,
+       ((EXISTS (SELECT 1 FROM pick) AND NOT EXISTS (SELECT 1 FROM granted))
+         OR (SELECT count(*) FROM marked) < (SELECT count(*) FROM unmarked))::text AS again,
+       (SELECT a.n FROM ahead a)::text AS ahead,
+       (SELECT count(*) FROM queued)::text AS queued,
+       (SELECT count(*) FROM told)::text AS told`;
+  // ON CONFLICT ... DO UPDATE ... WHERE false locks the existing row without writing a new version of it.
+  const createPermitFunction = `CREATE OR REPLACE FUNCTION ${permitFunction}(
+  text, text, float8, text, float8, text, integer, float8)
+RETURNS TABLE (slot text, token text, stored text, holder_ms text, again text, ahead text, queued text, told text)
+LANGUAGE sql VOLATILE AS $dlock$
+INSERT INTO ${T} AS f (kind, name, slot, token) VALUES ('s', $1, -1, 1)
+ON CONFLICT (kind, name, slot) DO UPDATE SET token = f.token WHERE false;
+${permitQuery}
+$dlock$`;
+
   return {
     tables: { tokens: T, leases: L, waiters: W },
     // Serialised by a transaction-level advisory lock (released at commit), so concurrent runs never race on the
     // catalog; one simple-protocol query is one implicit transaction, so a failure leaves no half-made schema and
-    // no open transaction on a pooled connection.
+    // no open transaction on a pooled connection. On existing tables it takes no table lock at all (the index is
+    // created only when its name is missing: CREATE INDEX IF NOT EXISTS would take a SHARE lock, which waits for
+    // and then blocks every writer, before it looks at the name), and lock_timeout bounds any wait it does have.
     createSchema: [
       "SELECT pg_advisory_xact_lock(hashtext('dlock/postgres ensureSchema'))",
+      "SET LOCAL lock_timeout = '5s'",
       ...(schema === undefined ? [] : [`CREATE SCHEMA IF NOT EXISTS ${quote(schema)}`]),
       `CREATE TABLE IF NOT EXISTS ${T} (
   kind  "char"  NOT NULL,
@@ -123,12 +226,17 @@ export function postgresStatements(tablePrefix: string, schema: string | undefin
   expires_at timestamptz NOT NULL,
   PRIMARY KEY (kind, name, id)
 )`,
-      `CREATE INDEX IF NOT EXISTS ${orderIndex} ON ${W} (kind, name, seq)`,
+      `DO $$ BEGIN
+  IF to_regclass('${orderIndexQualified.replace(/'/g, "''")}') IS NULL THEN
+    CREATE INDEX ${orderIndex} ON ${W} (kind, name, seq);
+  END IF;
+END $$`,
+      createPermitFunction,
     ].join(';\n'),
-    dropSchema: `DROP TABLE IF EXISTS ${W}, ${L}, ${T}`,
 
     // Lock acquire, enqueue and re-check alike ($1 name, $2 claim id = the grant's ownership token, $3 TTL ms,
-    // $4 metadata, $5 the waiter row's lease in ms (0: do not queue), $6 the caller's notify channel).
+    // $4 metadata, $5 the waiter row's lease in ms (0: do not queue), $6 the caller's notify channel, $7 the
+    // statement's bound in ms: past it, nothing is granted, queued or marked).
     // Free = no live lease and no live waiter ahead: then the token row is bumped (token = counter + 1, written in
     // this statement with the grant) and the lease row inserted, or an expired one taken over; the takeover's
     // WHERE is evaluated on the latest row version, so of two racing grants one wins and the other, refused, has
@@ -151,16 +259,17 @@ export function postgresStatements(tablePrefix: string, schema: string | undefin
   granted AS (
     INSERT INTO ${L} AS l (kind, name, slot, owner, token, expires_at, metadata)
     SELECT 'l', $1, 0, $2, minted.token, now.t + ${ms('$3')}, $4::text FROM minted, now
+     WHERE ${inTime('$7')}
     ON CONFLICT (kind, name, slot) DO UPDATE
        SET owner = excluded.owner, token = excluded.token, expires_at = excluded.expires_at,
            metadata = excluded.metadata, permits = NULL, next_waiter = NULL, next_channel = NULL
-     WHERE l.expires_at <= clock_timestamp()
+     WHERE l.expires_at <= clock_timestamp() AND ${inTime('$7')}
     RETURNING l.token),
   ${dequeued('l')},
   queued AS (
     INSERT INTO ${W} AS w (kind, name, id, channel, expires_at)
     SELECT 'l', $1, $2, $6::text, now.t + ${ms('$5')} FROM now
-     WHERE $5::float8 > 0 AND NOT EXISTS (SELECT 1 FROM granted)
+     WHERE $5::float8 > 0 AND NOT EXISTS (SELECT 1 FROM granted) AND ${inTime('$7')}
     ON CONFLICT (kind, name, id) DO UPDATE SET expires_at = excluded.expires_at, channel = excluded.channel
     RETURNING w.seq),
   unmarked AS (
@@ -169,7 +278,7 @@ export function postgresStatements(tablePrefix: string, schema: string | undefin
   marked AS (
     UPDATE ${L} l SET next_waiter = $2, next_channel = $6::text FROM now
      WHERE l.kind = 'l' AND l.name = $1 AND l.slot = 0 AND l.expires_at > now.t
-       AND EXISTS (SELECT 1 FROM unmarked)
+       AND EXISTS (SELECT 1 FROM unmarked) AND ${inTime('$7')}
     RETURNING 1),
   ${tellObservers('$1', 'EXISTS (SELECT 1 FROM granted)')}
 SELECT (SELECT g.token::text FROM granted g) AS token,
@@ -180,61 +289,8 @@ SELECT (SELECT g.token::text FROM granted g) AS token,
        (SELECT count(*) FROM queued)::text AS queued,
        (SELECT count(*) FROM observers)::text AS observers`,
 
-    // Semaphore acquire, enqueue and re-check ($1-$6 as for a lock, $7 the limit). A waiter with k live waiters
-    // before it takes the (k+1)-th free slot, so waiters woken together pick different slots and a caller that does
-    // not queue takes a slot only when more are free than waiters wait; a waiter granted while more slots are free
-    // than it and those ahead of it need wakes the waiter after them. The slot's token row is (s, name, slot):
-    // tokens rise per slot across holders. A live holder or waiter stored with another limit refuses the call
-    // (`stored`) and nothing is written.
-    acquirePermit: `WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
-  held AS (
-    SELECT l.slot, l.permits, l.expires_at FROM ${L} l, now
-     WHERE l.kind = 's' AND l.name = $1 AND l.expires_at > now.t),
-  queue AS (
-    SELECT w.id, w.seq, w.permits, w.channel FROM ${W} w, now
-     WHERE w.kind = 's' AND w.name = $1 AND w.expires_at > now.t),
-  stored AS (
-    (SELECT h.permits FROM held h WHERE h.permits IS DISTINCT FROM $7::int
-     UNION ALL
-     SELECT q.permits FROM queue q WHERE q.permits IS DISTINCT FROM $7::int AND q.id <> $2) LIMIT 1),
-  ${ahead},
-  pick AS (
-    SELECT s.slot FROM generate_series(0, $7::int - 1) AS s(slot)
-     WHERE NOT EXISTS (SELECT 1 FROM stored) AND NOT EXISTS (SELECT 1 FROM held h WHERE h.slot = s.slot)
-     ORDER BY s.slot OFFSET (SELECT n FROM ahead) LIMIT 1),
-  minted AS (
-    INSERT INTO ${T} AS f (kind, name, slot, token) SELECT 's', $1, pick.slot, 1 FROM pick
-    ON CONFLICT (kind, name, slot) DO UPDATE SET token = f.token + 1
-    RETURNING f.slot, f.token),
-  granted AS (
-    INSERT INTO ${L} AS l (kind, name, slot, permits, owner, token, expires_at, metadata)
-    SELECT 's', $1, minted.slot, $7::int, $2, minted.token, now.t + ${ms('$3')}, $4::text FROM minted, now
-    ON CONFLICT (kind, name, slot) DO UPDATE
-       SET permits = excluded.permits, owner = excluded.owner, token = excluded.token,
-           expires_at = excluded.expires_at, metadata = excluded.metadata, next_waiter = NULL, next_channel = NULL
-     WHERE l.expires_at <= clock_timestamp()
-    RETURNING l.slot, l.token),
-  ${dequeued('s')},
-  queued AS (
-    INSERT INTO ${W} AS w (kind, name, id, permits, channel, expires_at)
-    SELECT 's', $1, $2, $7::int, $6::text, now.t + ${ms('$5')} FROM now
-     WHERE $5::float8 > 0 AND NOT EXISTS (SELECT 1 FROM granted) AND NOT EXISTS (SELECT 1 FROM stored)
-    ON CONFLICT (kind, name, id) DO UPDATE SET expires_at = excluded.expires_at, channel = excluded.channel
-    RETURNING w.seq),
-  told AS (
-    SELECT pg_notify(q.channel, q.id) FROM queue q
-     WHERE EXISTS (SELECT 1 FROM granted) AND q.id <> $2 AND q.channel IS NOT NULL
-       AND $7::int - (SELECT count(*) FROM held h WHERE h.slot < $7::int) > 1 + (SELECT n FROM ahead)
-     ORDER BY q.seq OFFSET (SELECT n FROM ahead) LIMIT 1)
-SELECT (SELECT g.slot::text FROM granted g) AS slot,
-       (SELECT g.token::text FROM granted g) AS token,
-       (SELECT permits::text FROM stored) AS stored,
-       (SELECT ceil(extract(epoch FROM min(h.expires_at) - (SELECT t FROM now)) * 1000)::text FROM held h)
-         AS holder_ms,
-       (EXISTS (SELECT 1 FROM pick) AND NOT EXISTS (SELECT 1 FROM granted))::text AS again,
-       (SELECT n FROM ahead)::text AS ahead,
-       (SELECT count(*) FROM queued)::text AS queued,
-       (SELECT count(*) FROM told)::text AS told`,
+    // Semaphore acquire, enqueue and re-check: one call of the function ensureSchema creates (see permitQuery).
+    acquirePermit: `SELECT * FROM ${permitFunction}($1, $2, $3, $4, $5, $6, $7, $8)`,
 
     // Renewal of many grants, locks and permits alike, in one statement: each row is extended only while its owner
     // and token still hold it and its lease has not run out by the server's clock (an expired lease is never
@@ -260,9 +316,12 @@ RETURNING r.i::text AS i`,
        AND EXISTS (SELECT 1 FROM gone)
      ORDER BY w.seq LIMIT 1),
   told AS (
-    SELECT pg_notify(n.channel, n.id) FROM (
+    SELECT pg_notify(n.channel, ${wakePayload('n.id', '$1', '$2')}) FROM (
       SELECT h.id, h.channel FROM head h
-      UNION SELECT g.next_waiter, g.next_channel FROM gone g WHERE g.next_waiter IS NOT NULL) n
+      UNION SELECT g.next_waiter, g.next_channel FROM gone g
+       WHERE g.next_waiter IS NOT NULL
+         -- A semaphore waiter marks every held slot; once granted one, it no longer needs the others' wake-ups.
+         AND NOT EXISTS (SELECT 1 FROM ${L} o WHERE o.kind = $1::"char" AND o.name = $2 AND o.owner = g.next_waiter)) n
      WHERE n.channel IS NOT NULL),
   ${tellObservers('$2', `$1 = 'l' AND EXISTS (SELECT 1 FROM gone)`)}
 SELECT coalesce((SELECT live FROM gone), false)::text AS released, (SELECT count(*) FROM told)::text AS told,
@@ -279,7 +338,7 @@ SELECT coalesce((SELECT live FROM gone), false)::text AS released, (SELECT count
      WHERE w.kind = $1::"char" AND w.name = $2 AND w.id <> $3 AND w.expires_at > clock_timestamp()
      ORDER BY w.seq LIMIT 1),
   told AS (
-    SELECT pg_notify(h.channel, h.id) FROM head h
+    SELECT pg_notify(h.channel, ${wakePayload('h.id', '$1', '$2')}) FROM head h
      WHERE h.channel IS NOT NULL
        AND (EXISTS (SELECT 1 FROM gone) OR EXISTS (SELECT 1 FROM left_queue q WHERE q.seq < h.seq))),
   ${tellObservers('$2', `$1 = 'l' AND EXISTS (SELECT 1 FROM gone)`)}
@@ -333,5 +392,13 @@ ON CONFLICT (kind, name, id) DO UPDATE SET expires_at = excluded.expires_at`,
       SELECT ctid FROM ${W} WHERE expires_at <= clock_timestamp() LIMIT $1::int FOR UPDATE SKIP LOCKED)
     RETURNING 1)
 SELECT (SELECT count(*) FROM leases)::text AS leases, (SELECT count(*) FROM waiters)::text AS waiters`,
+
+    // A wake-up reached a claim that no longer waits (granted by a statement that did not see the release that sent
+    // it, or gone): its service passes it on to the first live waiter of ($1 kind, $2 name), as a bare id that is
+    // never passed on again.
+    wakeHead: `SELECT count(pg_notify(w.channel, w.id))::text AS told FROM (
+    SELECT w.id, w.channel FROM ${W} w
+     WHERE w.kind = $1::"char" AND w.name = $2 AND w.expires_at > clock_timestamp() AND w.channel IS NOT NULL
+     ORDER BY w.seq LIMIT 1) w`,
   };
 }

@@ -30,6 +30,10 @@ function countingPool(real: pg.Pool): { pool: pg.Pool; sent: string[] } {
   return { pool: counting as unknown as pg.Pool, sent };
 }
 
+/** A service checks each listening connection it opens with one notice to itself through the pool. */
+const isListeningCheck = (text: string): boolean => text.startsWith('SELECT pg_notify($1, $2)');
+const operations = (sent: readonly string[]): number => sent.filter((text) => !isListeningCheck(text)).length;
+
 async function cycles(client: LockClient, n: number, waitMs: number): Promise<void> {
   for (let i = 0; i < n; i++) {
     const lock = await client.acquire(`cycle-${waitMs}`, { ttlMs: 10_000, waitMs });
@@ -48,8 +52,10 @@ describe('statements per operation (counted at the pool)', () => {
       expect(sent.length).toBe(40);
       sent.length = 0;
       await cycles(client, 20, 5_000);
-      expect(sent.length).toBe(40);
-      expect(service.statements).toBe(80);
+      expect(operations(sent)).toBe(40);
+      const checks = sent.length - 40;
+      expect(checks).toBeLessThanOrEqual(1);
+      expect(service.statements).toBe(80 + checks);
       await client.close();
       await service.close();
     },
@@ -69,7 +75,7 @@ describe('statements per operation (counted at the pool)', () => {
       .semaphore('pool-of-3', { permits: 3, ttlMs: 10_000 })
       .acquire({ waitMs: 1_000 });
     await permit.release();
-    expect(sent.length).toBe(2);
+    expect(operations(sent)).toBe(2);
     await client.close();
     await service.close();
   });
