@@ -13,6 +13,7 @@ import {
 } from '@dlock/test-utils';
 import { type ContractSubject, electionContract } from '@dlock/testing/contract';
 import pg from 'pg';
+import { RESP_TYPES } from 'redis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { lockKeys, type RedisClientLike, RedisLockService, RedlockService } from '../src/index.js';
 import { changeChannel } from '../src/keys.js';
@@ -162,12 +163,31 @@ describe('on a private server', () => {
 
   const lockValue = async (name: string): Promise<string> =>
     (await admin.get(lockKeys('dlock:', name).lock)) ?? '';
-  /** The lock key's value as stored: the claim, expiry, flags and metadata (the rest after the flags). */
+  /** The lock key's value as stored, in bytes (the payload's separators are not UTF-8). */
+  const rawValue = async (name: string): Promise<Buffer> =>
+    ((await admin
+      .withTypeMapping({ [RESP_TYPES.BLOB_STRING]: Buffer })
+      .get(lockKeys('dlock:', name).lock)) as Buffer | null) ?? Buffer.alloc(0);
+  /**
+   * The lock key's value as stored: the claim, expiry, flags, and the payload after them: 0xFF, the owner id, then
+   * 0xFF or 0xFE and the metadata (a value of an older version: " <metadata>", no owner).
+   */
   const stored = async (name: string) => {
-    const match = /^(\S+) (\d+) (\d+) (\S+)(?: ([\s\S]*))?$/.exec(await lockValue(name));
+    const value = await rawValue(name);
+    const match = /^(\S+) (\d+) (\d+) (\S+)(?: |$)/.exec(value.toString('latin1'));
     if (match === null) throw new Error(`unexpected lock value for ${name}`);
-    const [, who, fence, , flags, metadata] = match as unknown as string[];
-    return { who, fence: BigInt(fence as string), flags: flags as string, metadata };
+    const [head, who, fence, , flags] = match as unknown as string[];
+    const payload = value.subarray((head as string).length);
+    let owner: string | undefined;
+    let metadata: string | undefined;
+    if (payload[0] === 0xff) {
+      const end = payload.findIndex((byte, at) => at > 0 && (byte === 0xff || byte === 0xfe));
+      owner = payload.subarray(1, end).toString('utf8');
+      if (payload[end] === 0xfe) metadata = payload.subarray(end + 1).toString('utf8');
+    } else if (payload.length > 0) {
+      metadata = payload.toString('utf8');
+    }
+    return { who, fence: BigInt(fence as string), flags: flags as string, owner, metadata };
   };
   const fresh = (label: string): string => `${label}-${randomBytes(4).toString('hex')}`;
 
@@ -192,6 +212,7 @@ describe('on a private server', () => {
     expect(await stored(name)).toMatchObject({
       who: lease.ownershipToken,
       fence: lease.fencingToken,
+      owner: 'test',
       metadata,
     });
     await sleep(300);
@@ -200,6 +221,7 @@ describe('on a private server', () => {
     expect((await stored(name)).metadata).toBe(metadata);
     expect(await service.inspect(name)).toMatchObject({
       held: true,
+      ownerId: 'test',
       fencingToken: lease.fencingToken,
       metadata,
       waiters: 0,
@@ -258,7 +280,8 @@ describe('on a private server', () => {
       `${Date.now() + 10_000} 10000/${Buffer.byteLength(metadata)} test:wake one two${metadata}`,
     ]);
     // Marked q, as the waiter's own acquire script would have done: the release looks at the queue.
-    await admin.sendCommand(['SET', keys.lock, (await lockValue(name)).replace(/ \S+$/, ' q'), 'KEEPTTL']);
+    const marked = (await rawValue(name)).toString('latin1').replace(/^(\S+ \d+ \d+) [-qwo]+/, '$1 q');
+    await admin.sendCommand(['SET', keys.lock, Buffer.from(marked, 'latin1'), 'KEEPTTL']);
     expect(await service.release(holder)).toBe(true);
     expect(await eventually(() => messages.length === 1, 2_000)).toBe(true);
     expect((messages[0] as string).split(' ')[0]).toBe(waiter);

@@ -111,7 +111,10 @@ describe('what a write made first puts back', () => {
     const holder = (await take(service, name, 5_000)) as Lease;
     const value = await lockValue(name);
     const expiry = Number(await admin.sendCommand(['PEXPIRETIME', lock]));
-    expect(value).toMatch(new RegExp(`^${holder.ownershipToken} ${holder.fencingToken} ${expiry} -$`));
+    // After the flags, the payload: 0xFF, the owner id, 0xFF (no metadata); bytes a UTF-8 reply shows as U+FFFD.
+    expect(value).toMatch(
+      new RegExp(`^${holder.ownershipToken} ${holder.fencingToken} ${expiry} - \uFFFDtest\uFFFD$`),
+    );
     expect(await take(service, name, 60_000)).toBeNull();
     expect(await service.release(stale)).toBe(false);
     expect(await lockValue(name)).toBe(value);
@@ -255,7 +258,7 @@ describe('the queue after the holder’s lease ran out', () => {
       await eventually(async () => (await admin.lLen(lockKeys('dlock:', name).queue)) === 1, 2_000),
     ).toBe(true);
     // The waiter marked the holder: its release, or the acquire after its expiry, must look at the queue.
-    expect(await lockValue(name)).toMatch(/ qw?$/);
+    expect(await lockValue(name)).toMatch(/^\S+ \d+ \d+ qw? /);
     let refused = 0;
     let won = false;
     let settled = false;

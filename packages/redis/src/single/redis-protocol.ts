@@ -153,12 +153,12 @@ function parseReply(reply: unknown, _claim: Claim, what: string): ScriptReply {
   throw unexpectedReply(what, reply);
 }
 
-/** The inspect script's {waiters[, fencing token, PTTL[, metadata]]}. */
+/** The inspect script's {waiters[, fencing token, PTTL[, metadata[, owner id]]]} (metadata null: none). */
 function parseInspect(reply: unknown): LockInfo {
-  if (!Array.isArray(reply) || reply.length < 1 || reply.length > 4 || typeof reply[0] !== 'number') {
+  if (!Array.isArray(reply) || reply.length < 1 || reply.length > 5 || typeof reply[0] !== 'number') {
     throw unexpectedReply('inspect', reply);
   }
-  const [waiters, fence, pttl, metadata] = reply as [number, unknown, unknown, unknown];
+  const [waiters, fence, pttl, metadata, ownerId] = reply as [number, unknown, unknown, unknown, unknown];
   if (reply.length === 1) return { held: false, waiters };
   if (typeof fence !== 'string' || !DECIMAL.test(fence) || typeof pttl !== 'number') {
     throw unexpectedReply('inspect', reply);
@@ -166,6 +166,13 @@ function parseInspect(reply: unknown): LockInfo {
   // PTTL is -1 (no expiry) or -2 (gone) only for a key no grant of ours wrote: reported without an expiry.
   const expiry = pttl >= 0 ? { expiresInMs: pttl } : {};
   if (reply.length === 3) return { held: true, fencingToken: BigInt(fence), ...expiry, waiters };
+  if (reply.length === 5) {
+    if (typeof ownerId !== 'string' || (metadata !== null && typeof metadata !== 'string')) {
+      throw unexpectedReply('inspect', reply);
+    }
+    const stored = metadata === null ? {} : { metadata };
+    return { held: true, ownerId, fencingToken: BigInt(fence), ...stored, ...expiry, waiters };
+  }
   if (typeof metadata !== 'string') throw unexpectedReply('inspect', reply);
   return { held: true, fencingToken: BigInt(fence), metadata, ...expiry, waiters };
 }
@@ -202,13 +209,10 @@ export function lockQueue(scripts: LockScripts): QueueKind {
     leave: scripts.leave,
     acquireArgs(claim, waitMs, channel) {
       const { call } = claim;
-      const args = [claim.owner, String(call.ttlMs), String(waitMs)];
-      if (waitMs > 0) args.push(channel);
+      // The owner id always, the metadata when the grant carries some (see the acquire script).
+      const args = [claim.owner, String(call.ttlMs), String(waitMs), waitMs > 0 ? channel : '', call.ownerId];
       const { stored } = call.target;
-      if (stored !== undefined) {
-        if (waitMs === 0) args.push('');
-        args.push(stored);
-      }
+      if (stored !== undefined) args.push(stored);
       return args;
     },
     parse: parseReply,

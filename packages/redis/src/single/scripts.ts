@@ -6,11 +6,13 @@ import { LuaScript } from '../lua-script.js';
  *
  * Keys of one lock (see `keys.ts`), all in one hash-tag slot; every script takes all four, in this order:
  *   KEYS[1] lock    string, in one of two states:
- *                     held       "<who> <fence> <expiry> <flags>[ <metadata>]": who = the holder's ownership token,
+ *                     held       "<who> <fence> <expiry> <flags> <payload>": who = the holder's ownership token,
  *                                fence = its fencing token, expiry = server time (ms) at which the lease ends, the
  *                                key's own expiry (PXAT), stated so that a script that overwrote the value can put it
- *                                back as it was; metadata = what the grant was given to store (an election's leader
- *                                value), if any;
+ *                                back as it was; payload = 0xFF <owner id> 0xFF or, when the grant was given
+ *                                metadata to store (an election's leader value), 0xFF <owner id> 0xFE <metadata>
+ *                                (neither byte occurs in UTF-8). A value written by an older version has " <metadata>" or
+ *                                nothing after the flags, and no owner id;
  *                     tombstone  "~ <fence> <flags>": free, with nobody queued; fence = the name's last token;
  *                                expires RETENTION_MS after the release that wrote it.
  *                   (and, briefly, who = "!": held by nobody known, standing in for a lease that a restart may have
@@ -20,16 +22,16 @@ import { LuaScript } from '../lua-script.js';
  *   KEYS[2] fence   the last token handed out (or a clock reading in µs above it: a refused acquire writes its own),
  *                   expiring the grant's lease plus RETENTION_MS after the grant.
  *   KEYS[3] queue   list of waiting ownership tokens, oldest first
- *   KEYS[4] waiters hash ownership token -> "<deadline ms> <ttl ms> <notify channel>", or, for a waiter whose grant
- *                   carries metadata, "<deadline ms> <ttl ms>/<metadata bytes> <notify channel><metadata>" (channels
- *                   and metadata may both hold spaces: the byte count is what tells them apart)
+ *   KEYS[4] waiters hash ownership token -> "<deadline ms> <ttl ms>/<payload bytes> <notify channel><payload>", the
+ *                   payload its grant will carry (channels and payloads may both hold spaces: the byte count is what
+ *                   tells them apart; an entry from an older version may have no payload)
  * The name's release channel is KEYS[1] with "lock" replaced by "released", its change channel the same with
  * "changed": not keys, but in the same hash tag, as a sharded channel must be. Hand-off channels come from the
  * waiters' entries, as their services wrote them.
  *
- * Metadata sits at the end of the value, after the flags, so that a lock without it stores and parses exactly what
- * it did before, a renewal keeps it, and a release drops it with the grant. Every pattern below that reads the flags
- * allows for it (parse's fifth result, `rest`: "" or " <metadata>").
+ * The payload (owner id, metadata) sits at the end of the value, after the flags, so that a renewal keeps it, a
+ * release drops it with the grant, and values from before it (no owner id) still parse. Every pattern below that
+ * reads the flags allows for it (parse's fifth result, `rest`: " <payload>", or from an older version "" or " <metadata>").
  * o: while a name is marked observed, every grant, release and metadata update publishes on its change channel;
  * one that reached nobody unmarks it, and a grant that finds the lock key missing publishes anyway (marks are lost
  * with the key) and marks the name if someone heard.
@@ -165,8 +167,8 @@ end
 
 `;
 
-const LUA_QUEUE = `-- A grant of ttl ms; meta: its metadata, or nil. The value states its expiry, so that a script that overwrote it
--- by mistake can put it back as it was.
+const LUA_QUEUE = `-- A grant of ttl ms; meta: its payload (owner id and metadata), or nil. The value states its expiry, so that a
+-- script that overwrote it by mistake can put it back as it was.
 local function grant(owner, fence, ttl, q, w, o, meta)
   local expiry = num(now_ms() + ttl)
   local value = owner .. ' ' .. fence .. ' ' .. expiry .. ' ' .. flags_of(q, w, changed(o))
@@ -174,7 +176,7 @@ local function grant(owner, fence, ttl, q, w, o, meta)
   redis.call('SET', KEYS[1], value, 'PXAT', expiry)
 end
 
--- A waiter's entry: deadline, ttl, notify channel and metadata (nil when its grant carries none).
+-- A waiter's entry: deadline, ttl, notify channel and payload (nil in an entry from an older version without one).
 local function entry_of(entry)
   local deadline, ttl, bytes, rest = string.match(entry, '^(%d+) (%d+)/?(%d*) (.+)$')
   if not rest or bytes == '' then return deadline, ttl, rest, nil end
@@ -223,7 +225,8 @@ const PRELUDE = LUA_CLOCK + LUA_VALUES + LUA_FLAGS + LUA_MINT + LUA_QUEUE;
 
 /**
  * ARGV[1] ownership token, ARGV[2] ttl ms, ARGV[3] wait ms (0: do not queue), ARGV[4] the caller's notify channel
- * ('' when not queueing), ARGV[5] the metadata to store with the grant (absent: none).
+ * ('' when not queueing), ARGV[5] the owner id (AcquireRequest.ownerId) and ARGV[6] the metadata (absent: none) to
+ * store with the grant.
  * Returns the fencing token (a string) when this call granted the lock to the caller, {fencing token, PTTL} when
  * the caller already held it (granted earlier by a hand-off), else {the holder's PTTL, ceiling}: an integer, and a
  * bound on every token minted so far (a decimal string).
@@ -238,7 +241,8 @@ local US = T[1] * 1000000 + T[2]
 local EXPIRY = string.format('%.0f', T[1] * 1000 + math.floor(T[2] / 1000) + ARGV[2])
 local MINE = string.format('%.0f', US)
 local LAST = redis.call('SET', KEYS[2], MINE, 'PX', string.format('%.0f', ARGV[2] + RETENTION_MS), 'GET')
-local OLD = redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. MINE .. ' ' .. EXPIRY .. ' -' .. (ARGV[5] and ' ' .. ARGV[5] or ''), 'PXAT', EXPIRY, 'GET')
+local PAYLOAD = '\\255' .. ARGV[5] .. (ARGV[6] and '\\254' .. ARGV[6] or '\\255')
+local OLD = redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. MINE .. ' ' .. EXPIRY .. ' - ' .. PAYLOAD, 'PXAT', EXPIRY, 'GET')
 if OLD and (not LAST or tonumber(LAST) < US) then
   local last = string.match(OLD, '^~ (%d+) %-$')
   if last and tonumber(last) < US then return MINE end
@@ -246,15 +250,14 @@ end
 `;
 
 const ACQUIRE = `
-local owner, ttl, meta = ARGV[1], tonumber(ARGV[2]), ARGV[5]
+-- meta: the grant's metadata (every election's), which only the stand-in below looks at; the grant stores PAYLOAD.
+local owner, ttl, meta = ARGV[1], tonumber(ARGV[2]), ARGV[6]
 local now = math.floor(US / 1000)
 FENCE, FENCE_TTL = US, ttl
 
--- The caller's queue entry (see the header): deadline, TTL, notify channel, and the metadata its grant will carry.
+-- The caller's queue entry (see the header): deadline, TTL, notify channel, and the payload its grant will carry.
 local function entry_for(wait)
-  local head = num(now + wait) .. ' ' .. ARGV[2]
-  if meta then return head .. '/' .. #meta .. ' ' .. ARGV[4] .. meta end
-  return head .. ' ' .. ARGV[4]
+  return num(now + wait) .. ' ' .. ARGV[2] .. '/' .. #PAYLOAD .. ' ' .. ARGV[4] .. PAYLOAD
 end
 
 -- A grant with metadata (every election's) that finds no trace of its name, neither lock key nor fence key, on a
@@ -283,7 +286,7 @@ if who == '~' then
   -- behind a holder). (The name is watched or observed, or a counter is ahead of the clock, or the fast path
   -- above would have granted.)
   local mine = mint(ttl)
-  grant(owner, mine, ttl, false, has(flags, 'w'), has(flags, 'o'), meta)
+  grant(owner, mine, ttl, false, has(flags, 'w'), has(flags, 'o'), PAYLOAD)
   return mine
 elseif who then
   -- Held: the grant goes back as it was, and the fence key keeps the counter for as long as that grant needs it.
@@ -313,14 +316,14 @@ else
   else
     if redis.call('LLEN', KEYS[3]) == 0 then
       local mine = mint(ttl)
-      grant(owner, mine, ttl, false, true, true, meta)
+      grant(owner, mine, ttl, false, true, true, PAYLOAD)
       return mine
     end
     local head, handed = promote(owner, true, true)
     if head == owner then return handed end
     if not head then
       local mine = mint(ttl)
-      grant(owner, mine, ttl, false, true, true, meta)
+      grant(owner, mine, ttl, false, true, true, PAYLOAD)
       return mine
     end
     -- Handed to the head of the queue, marked q already; the lock key holds its grant.
@@ -359,12 +362,15 @@ return {redis.call('PTTL', KEYS[1]), ceiling}
  */
 const RELEASE_FAST = `
 -- Written first, checked after: the tombstone of the claim's token, reading the value it replaced. When that was
--- the claim's grant with nobody queued, watching or observing and no metadata ("<claim> <expiry> -"), done.
+-- the claim's grant with nobody queued, watching or observing ("<claim> <expiry> -[ <payload>]"), done.
 local claim = ARGV[1] .. ' '
 local s = string.find(ARGV[1], ' ', 1, true)
 if not s then return 0 end
 local OLD = redis.call('SET', KEYS[1], '~ ' .. string.sub(ARGV[1], s + 1) .. ' -', 'PX', RETENTION_MS, 'GET')
-if OLD and string.sub(OLD, 1, #claim) == claim and string.find(OLD, '^%d+ %-$', #claim + 1) then return 1 end
+if OLD and string.sub(OLD, 1, #claim) == claim
+  and (string.find(OLD, '^%d+ %- \\255', #claim + 1) or string.find(OLD, '^%d+ %-$', #claim + 1)) then
+  return 1
+end
 `;
 
 const RELEASE = `
@@ -420,18 +426,28 @@ return 1
 `;
 
 /**
- * The lock as it stands: {waiters} when free (missing, or a tombstone), {waiters, fencing token, PTTL} when held,
- * and {waiters, fencing token, PTTL, metadata} when the grant carries metadata. waiters = the queue's length (it
- * may still count entries whose deadline passed). A lease that ran out reads as missing (GET expires the key).
+ * The lock as it stands: {waiters} when free (missing, or a tombstone), {waiters, fencing token, PTTL, metadata or
+ * nil, owner id} when held, and for a grant written by an older version (no owner id) {waiters, fencing token, PTTL[,
+ * metadata]}. waiters = the queued callers whose deadline has not passed. A lease that ran out
+ * reads as missing (GET expires the key). The payload is split here: its separators are not UTF-8, so they would not
+ * survive a client's decoding of the reply.
  */
 const INSPECT = `
-local waiters = redis.call('LLEN', KEYS[3])
+-- Waiters whose wait has not run out (an entry outlives a waiter that crashed, until its deadline).
+local waiters = 0
+local now = now_ms()
+for _, entry in ipairs(redis.call('HVALS', KEYS[4])) do
+  local deadline = tonumber(string.match(entry, '^(%d+) '))
+  if deadline and deadline > now then waiters = waiters + 1 end
+end
 local value = redis.call('GET', KEYS[1])
 if not value then return {waiters} end
 local who, fence, _, _, rest = parse(value)
 -- A tombstone, or the stand-in for a lease a restart may have lost (see the acquire script): no known holder.
 if not fence or who == '~' or who == '!' then return {waiters} end
 local pttl = redis.call('PTTL', KEYS[1])
+local id, sep, meta = string.match(rest, '^ \\255([^\\254\\255]*)([\\254\\255])(.*)$')
+if id then return {waiters, fence, pttl, sep == '\\254' and meta, id} end
 if rest == '' then return {waiters, fence, pttl} end
 return {waiters, fence, pttl, string.sub(rest, 2)}
 `;
@@ -449,7 +465,10 @@ local who, _, _, flags, rest = parse(value)
 if not flags or who == '~' then return 0 end
 local head = string.sub(value, 1, #value - #flags - #rest)
 local o = changed(has(flags, 'o'))
-redis.call('SET', KEYS[1], head .. flags_of(has(flags, 'q'), has(flags, 'w'), o) .. ' ' .. ARGV[2], 'KEEPTTL')
+-- The owner id stays (a grant from an older version has none).
+local id = string.match(rest, '^ \\255([^\\254\\255]*)[\\254\\255]')
+local payload = id and '\\255' .. id .. '\\254' .. ARGV[2] or ARGV[2]
+redis.call('SET', KEYS[1], head .. flags_of(has(flags, 'q'), has(flags, 'w'), o) .. ' ' .. payload, 'KEEPTTL')
 return 1
 `;
 
