@@ -6,6 +6,7 @@ import {
   type LockInfo,
   type LockService,
   type PermitRequest,
+  type PermitsInfo,
   type RenewRequest,
   type RenewResult,
   systemClock,
@@ -158,6 +159,16 @@ export class PostgresLockService implements LockService {
     return this.#locks.availablePermits(name, permits);
   }
 
+  /**
+   * The semaphore's live holders (slot rows: owner id, token, metadata, time left by the server's clock) and its
+   * live waiters, in one statement (`PermitsMismatchError` as for `acquirePermit`).
+   */
+  async inspectPermits(name: string, permits: number): Promise<PermitsInfo> {
+    this.#assertOpen();
+    validatePermits(permits, 'permits');
+    return this.#locks.inspectPermits(name, permits);
+  }
+
   async renew(request: RenewRequest): Promise<RenewResult> {
     this.#assertOpen();
     const [result] = await this.#locks.renew([request]);
@@ -184,7 +195,7 @@ export class PostgresLockService implements LockService {
     return this.#watch.onName(name, onReleased);
   }
 
-  /** The live holder of `name` (token, metadata, time left by the server's clock) and its live waiters. */
+  /** The live holder of `name` (owner id, token, metadata, time left by the server's clock) and its live waiters. */
   async inspect(name: string): Promise<LockInfo> {
     this.#assertOpen();
     return this.#locks.inspect(name);

@@ -4,7 +4,9 @@ import {
   type Grant,
   type Lease,
   type LockInfo,
+  type PermitHolder,
   type PermitRequest,
+  type PermitsInfo,
   PermitsMismatchError,
   type RenewRequest,
   type RenewResult,
@@ -213,8 +215,11 @@ export class PostgresProtocol implements QueueDriver<Claim, Wait> {
     if (token === undefined) return { held: false, waiters };
     const expiresInMs = integer(row, 'ms', 'inspect');
     const metadata = row['metadata'];
+    // A lease row written before the owner_id column has none.
+    const ownerId = row['owner_id'];
     return {
       held: true,
+      ...(typeof ownerId === 'string' ? { ownerId } : {}),
       fencingToken: token,
       ...(metadata === null || metadata === undefined ? {} : { metadata }),
       ...(expiresInMs === undefined ? {} : { expiresInMs: Math.max(0, expiresInMs) }),
@@ -247,6 +252,33 @@ export class PostgresProtocol implements QueueDriver<Claim, Wait> {
     return Math.max(0, free);
   }
 
+  /** The semaphore's live holders by slot and its live waiters, in one statement (`PermitsMismatchError` as above). */
+  async inspectPermits(name: string, permits: number): Promise<PermitsInfo> {
+    const what = 'inspect permits';
+    const rows = await this.#db.query(what, this.#sql.inspectPermits, [name, permits]);
+    const first = rows[0];
+    if (first === undefined) throw unexpectedRow(what, first);
+    const stored = integer(first, 'stored', what);
+    if (stored !== undefined) throw new PermitsMismatchError(name, permits, stored);
+    const held: PermitHolder[] = [];
+    for (const row of rows) {
+      const slot = integer(row, 'slot', what);
+      const token = bigintOf(row, 'token', what);
+      if (slot === undefined || token === undefined) continue;
+      const ownerId = typeof row['owner_id'] === 'string' ? row['owner_id'] : '';
+      const expiresInMs = integer(row, 'ms', what);
+      const metadata = row['metadata'];
+      held.push({
+        slot,
+        ownerId,
+        fencingToken: token,
+        ...(expiresInMs === undefined ? {} : { expiresInMs: Math.max(0, expiresInMs) }),
+        ...(typeof metadata === 'string' ? { metadata } : {}),
+      });
+    }
+    return { permits, held, waiters: integer(first, 'waiters', what) ?? 0 };
+  }
+
   async #acquire(claim: Claim): Promise<Standing<Wait>> {
     const { request, target } = claim;
     const { signal } = request;
@@ -269,6 +301,8 @@ export class PostgresProtocol implements QueueDriver<Claim, Wait> {
     // The server's own bound on this statement: one that stalls there (a row lock, a paused backend) past the time
     // this call waits for it writes nothing, so it cannot commit a grant after the caller gave up and cleaned up.
     values.push(this.#db.timeoutMs);
+    // Stored with the grant, for inspect.
+    values.push(request.ownerId);
     const sentAt = clock.monotonic();
     const noticesBefore = this.#watch.notices(claim.id);
     // From here until it settles, the statement may grant or queue: leave must run, and wait for it.

@@ -21,6 +21,7 @@ export interface PostgresStatements {
   readonly inspect: string;
   readonly updateMetadata: string;
   readonly availablePermits: string;
+  readonly inspectPermits: string;
   readonly observe: string;
   readonly unobserve: string;
   readonly sweep: string;
@@ -136,11 +137,11 @@ export function postgresStatements(tablePrefix: string, schema: string | undefin
     ON CONFLICT (kind, name, slot) DO UPDATE SET token = f.token + 1
     RETURNING f.slot, f.token),
   granted AS (
-    INSERT INTO ${L} AS l (kind, name, slot, permits, owner, token, expires_at, metadata)
-    SELECT 's', $1, minted.slot, $7::int, $2, minted.token, now.t + ${ms('$3')}, $4::text FROM minted, now
+    INSERT INTO ${L} AS l (kind, name, slot, permits, owner, owner_id, token, expires_at, metadata)
+    SELECT 's', $1, minted.slot, $7::int, $2, $9::text, minted.token, now.t + ${ms('$3')}, $4::text FROM minted, now
      WHERE ${inTime('$8')}
     ON CONFLICT (kind, name, slot) DO UPDATE
-       SET permits = excluded.permits, owner = excluded.owner, token = excluded.token,
+       SET permits = excluded.permits, owner = excluded.owner, owner_id = excluded.owner_id, token = excluded.token,
            expires_at = excluded.expires_at, metadata = excluded.metadata, next_waiter = NULL, next_channel = NULL
      WHERE l.expires_at <= clock_timestamp() AND ${inTime('$8')}
     RETURNING l.slot, l.token),
@@ -177,7 +178,7 @@ SELECT (SELECT g.slot::text FROM granted g) AS slot,
        (SELECT count(*) FROM told)::text AS told`;
   // ON CONFLICT ... DO UPDATE ... WHERE false locks the existing row without writing a new version of it.
   const createPermitFunction = `CREATE OR REPLACE FUNCTION ${permitFunction}(
-  text, text, float8, text, float8, text, integer, float8)
+  text, text, float8, text, float8, text, integer, float8, text)
 RETURNS TABLE (slot text, token text, stored text, holder_ms text, again text, ahead text, queued text, told text)
 LANGUAGE sql VOLATILE AS $dlock$
 INSERT INTO ${T} AS f (kind, name, slot, token) VALUES ('s', $1, -1, 1)
@@ -209,6 +210,7 @@ $dlock$`;
   slot         integer     NOT NULL,
   permits      integer,
   owner        text        NOT NULL,
+  owner_id     text,
   token        bigint      NOT NULL,
   expires_at   timestamptz NOT NULL,
   metadata     text,
@@ -226,6 +228,14 @@ $dlock$`;
   expires_at timestamptz NOT NULL,
   PRIMARY KEY (kind, name, id)
 )`,
+      // The holder's owner id (AcquireRequest.ownerId, for inspect), added to a leases table made before it. Only when
+      // missing: ALTER TABLE takes an ACCESS EXCLUSIVE lock even with IF NOT EXISTS.
+      `DO $$ BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                  WHERE attrelid = '${L.replace(/'/g, "''")}'::regclass AND attname = 'owner_id' AND NOT attisdropped) THEN
+    ALTER TABLE ${L} ADD COLUMN owner_id text;
+  END IF;
+END $$`,
       `DO $$ BEGIN
   IF to_regclass('${orderIndexQualified.replace(/'/g, "''")}') IS NULL THEN
     CREATE INDEX ${orderIndex} ON ${W} (kind, name, seq);
@@ -236,7 +246,7 @@ END $$`,
 
     // Lock acquire, enqueue and re-check alike ($1 name, $2 claim id = the grant's ownership token, $3 TTL ms,
     // $4 metadata, $5 the waiter row's lease in ms (0: do not queue), $6 the caller's notify channel, $7 the
-    // statement's bound in ms: past it, nothing is granted, queued or marked).
+    // statement's bound in ms: past it, nothing is granted, queued or marked; $8 the owner id, stored for inspect).
     // Free = no live lease and no live waiter ahead: then the token row is bumped (token = counter + 1, written in
     // this statement with the grant) and the lease row inserted, or an expired one taken over; the takeover's
     // WHERE is evaluated on the latest row version, so of two racing grants one wins and the other, refused, has
@@ -257,11 +267,11 @@ END $$`,
     ON CONFLICT (kind, name, slot) DO UPDATE SET token = f.token + 1
     RETURNING f.token),
   granted AS (
-    INSERT INTO ${L} AS l (kind, name, slot, owner, token, expires_at, metadata)
-    SELECT 'l', $1, 0, $2, minted.token, now.t + ${ms('$3')}, $4::text FROM minted, now
+    INSERT INTO ${L} AS l (kind, name, slot, owner, owner_id, token, expires_at, metadata)
+    SELECT 'l', $1, 0, $2, $8::text, minted.token, now.t + ${ms('$3')}, $4::text FROM minted, now
      WHERE ${inTime('$7')}
     ON CONFLICT (kind, name, slot) DO UPDATE
-       SET owner = excluded.owner, token = excluded.token, expires_at = excluded.expires_at,
+       SET owner = excluded.owner, owner_id = excluded.owner_id, token = excluded.token, expires_at = excluded.expires_at,
            metadata = excluded.metadata, permits = NULL, next_waiter = NULL, next_channel = NULL
      WHERE l.expires_at <= clock_timestamp() AND ${inTime('$7')}
     RETURNING l.token),
@@ -290,7 +300,7 @@ SELECT (SELECT g.token::text FROM granted g) AS token,
        (SELECT count(*) FROM observers)::text AS observers`,
 
     // Semaphore acquire, enqueue and re-check: one call of the function ensureSchema creates (see permitQuery).
-    acquirePermit: `SELECT * FROM ${permitFunction}($1, $2, $3, $4, $5, $6, $7, $8)`,
+    acquirePermit: `SELECT * FROM ${permitFunction}($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
 
     // Renewal of many grants, locks and permits alike, in one statement: each row is extended only while its owner
     // and token still hold it and its lease has not run out by the server's clock (an expired lease is never
@@ -345,8 +355,9 @@ SELECT coalesce((SELECT live FROM gone), false)::text AS released, (SELECT count
 SELECT (SELECT count(*) FROM gone)::text AS gone, (SELECT count(*) FROM told)::text AS told,
        (SELECT count(*) FROM observers)::text AS observers`,
 
-    // The lock's live holder (token, metadata, time left by the server's clock) and its live waiters ($1 name).
-    inspect: `SELECT l.token::text AS token, l.metadata,
+    // The lock's live holder (owner id, token, metadata, time left by the server's clock) and its live waiters
+    // ($1 name).
+    inspect: `SELECT l.token::text AS token, l.owner_id, l.metadata,
        ceil(extract(epoch FROM l.expires_at - now.t) * 1000)::text AS ms,
        (SELECT count(*) FROM ${W} w WHERE w.kind = 'l' AND w.name = $1 AND w.expires_at > now.t)::text AS waiters
   FROM (SELECT clock_timestamp() AS t) now
@@ -372,6 +383,24 @@ SELECT (SELECT x.permits FROM (
            WHERE w.kind = 's' AND w.name = $1 AND w.expires_at > now.t AND w.permits IS DISTINCT FROM $2::int
         ) x LIMIT 1)::text AS stored,
        ($2::int - (SELECT count(*) FROM held WHERE slot < $2::int))::text AS free`,
+
+    // A semaphore's live holders ($1 name, $2 limit: slot, owner id, token, metadata, time left) and live waiters, or
+    // the limit they were stored with (as availablePermits). One row per holder; with none, one row of NULLs.
+    inspectPermits: `WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
+  held AS (
+    SELECT l.slot, l.permits, l.owner_id, l.token, l.metadata, l.expires_at FROM ${L} l, now
+     WHERE l.kind = 's' AND l.name = $1 AND l.expires_at > now.t),
+  queue AS (SELECT w.permits FROM ${W} w, now WHERE w.kind = 's' AND w.name = $1 AND w.expires_at > now.t),
+  info AS (
+    SELECT (SELECT x.permits FROM (
+              SELECT h.permits FROM held h WHERE h.permits IS DISTINCT FROM $2::int
+              UNION ALL
+              SELECT q.permits FROM queue q WHERE q.permits IS DISTINCT FROM $2::int) x LIMIT 1)::text AS stored,
+           (SELECT count(*) FROM queue)::text AS waiters)
+SELECT info.stored, info.waiters, h.slot::text AS slot, h.owner_id, h.token::text AS token, h.metadata,
+       ceil(extract(epoch FROM h.expires_at - now.t) * 1000)::text AS ms
+  FROM info CROSS JOIN now LEFT JOIN held h ON true
+ ORDER BY h.slot`,
 
     // A service starts or refreshes observing lock names ($1 names, $2 its channel, $3 the rows' lease in ms).
     observe: `INSERT INTO ${W} AS w (kind, name, id, channel, expires_at)
