@@ -28,6 +28,7 @@ const PUBLIC_PACKAGES = [
   'etcd',
   'zookeeper',
   'postgres',
+  'opentelemetry',
   'fencing-pg',
   'fencing-kysely',
   'fencing-common',
