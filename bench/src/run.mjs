@@ -6,8 +6,8 @@
  *
  * With no backend named: every backend whose suites exist and whose server accepts a connection (addresses from
  * lib/env.mjs). A named backend that cannot run is an error. Flags go to every suite. A backend may have several
- * suites (Redis: one per client, and the cluster; every backend: its elections), each its own child process;
- * `redis:ioredis` or `etcd:elections` runs one of them.
+ * suites (Redis: one per client, and the cluster; every backend: its elections and its semaphores), each its own
+ * child process; `redis:ioredis` or `etcd:elections` runs one of them.
  * Each suite has a hard time cap; this runner kills a child that outlives it by its pid.
  */
 import { spawn } from 'node:child_process';
@@ -50,9 +50,14 @@ const SUITES = {
     ioredis: 'redis/suites/ioredis.mjs',
     cluster: 'redis/suites/cluster.mjs',
     elections: 'elections/redis.mjs',
+    semaphores: 'semaphores/redis.mjs',
   },
-  etcd: { etcd: 'etcd/index.mjs', elections: 'elections/etcd.mjs' },
-  zookeeper: { zookeeper: 'zookeeper/index.mjs', elections: 'elections/zookeeper.mjs' },
+  etcd: { etcd: 'etcd/index.mjs', elections: 'elections/etcd.mjs', semaphores: 'semaphores/etcd.mjs' },
+  zookeeper: {
+    zookeeper: 'zookeeper/index.mjs',
+    elections: 'elections/zookeeper.mjs',
+    semaphores: 'semaphores/zookeeper.mjs',
+  },
   postgres: { postgres: 'postgres/index.mjs' },
 };
 

@@ -86,7 +86,8 @@ export function counted(client) {
   };
   const withWatcher = (method) => (path, a, b) => {
     stats.requests += 1;
-    if (typeof b === 'function') return client[method](path, wrap(path, a), b);
+    // getData(path, undefined, callback) reads without a watch: nothing to wrap.
+    if (typeof b === 'function') return client[method](path, typeof a === 'function' ? wrap(path, a) : a, b);
     return client[method](path, a);
   };
   return {
