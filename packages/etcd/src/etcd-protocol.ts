@@ -8,7 +8,7 @@ import type { KeepAliveOutcome, TrackedLease } from './etcd-session.js';
 import { assertFullTtl, type GrantRecord } from './grants.js';
 import { contenderKey, lockDirectory, prefixRangeEnd } from './keys.js';
 import { Slots } from './slots.js';
-import { byCreate, createdAt, isEmpty, keysOnly, rangeKvs } from './txns.js';
+import { byCreate, createdAt, isEmpty, keysOnly, mayStillLand, rangeKvs } from './txns.js';
 import { encodeValue } from './values.js';
 import { GONE, leaseOf, newClaim, PAUSE, type QueueClaim, refreshed } from './waits.js';
 
@@ -197,7 +197,7 @@ export class EtcdProtocol extends EtcdDriver<HeldLock> implements QueueDriver<Cl
       return;
     }
     const known = claim.revision > 0n;
-    const writing = claim.writing;
+    const writing = mayStillLand(claim, this.clock.monotonic());
     try {
       await this.txns.deleteKey(claim.key, known ? claim.revision : undefined, {
         timeoutMs: this.txns.requests.timeoutMs,

@@ -85,14 +85,17 @@ function fullSemaphore() {
         txns.push(request);
         const inner = request.success?.[0]?.request_txn;
         if (inner) {
-          const queueKey = inner.failure?.[1]?.request_put?.key;
+          // Refused (both slots taken, none by this attempt): the reads after the check for our own slot key.
+          const refused = inner.failure?.[0]?.request_txn;
+          const queueKey = refused?.failure?.[1]?.request_put?.key;
           const responses = queueKey
             ? [range([]), {}, range([kv(queueKey, 10)]), range([kv(queueKey, 10)]), range(slots)]
             : [range([]), range(slots)];
+          const reads = { response_txn: { header, succeeded: false, responses } };
           return {
             header,
             succeeded: true,
-            responses: [{ response_txn: { header, succeeded: false, responses } }],
+            responses: [{ response_txn: { header, succeeded: false, responses: [reads] } }],
           };
         }
         const first = request.compare?.[0];

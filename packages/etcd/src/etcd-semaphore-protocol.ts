@@ -17,6 +17,7 @@ import {
   type SlotClaim,
 } from './permit-slots.js';
 import { Slots } from './slots.js';
+import { mayStillLand } from './txns.js';
 import { encodePermitRecord } from './values.js';
 import { GONE, leaseOf, newClaim, PAUSE, refreshed } from './waits.js';
 
@@ -95,7 +96,8 @@ export class EtcdSemaphoreProtocol
   /**
    * Takes a lease (or joins the session), then one transaction: a free slot if nobody queues, else (when waiting)
    * a queue key. A first waiter that saw a free slot takes it at once with one more transaction. On a session the
-   * queue key rides on the waiters' session, opened (one more round trip) when the first waiter needs it.
+   * queue key rides on the waiters' session, opened or kept alive first (one more round trip) when there is none or
+   * less than half its TTL is known to be left.
    */
   async enqueue(claim: PermitClaim, { queue }: { readonly queue: boolean }): Promise<Standing<PermitWait>> {
     const { request } = claim;
@@ -109,7 +111,7 @@ export class EtcdSemaphoreProtocol
     try {
       entered = await this.#slots.enter(claim, holder, waiters);
       if (queue && !waiters && entered.kind === 'refused') {
-        waiters = await unlessAborted(this.session.session(waitersTtlS, 'waiters'), signal);
+        waiters = await unlessAborted(this.session.waiters(waitersTtlS), signal);
         claim.lease = waiters;
         entered = await this.#slots.enter(claim, holder, waiters);
       }
@@ -126,8 +128,11 @@ export class EtcdSemaphoreProtocol
     if (outcome && !(outcome instanceof Error) && !outcome.alive) return GONE;
     if (entered.kind === 'refused') return { kind: 'behind', wait: { pauseMs: 0 } };
     let standing: Standing<PermitWait>;
-    if (entered.kind === 'granted') standing = this.#grant(claim, holder);
-    else if (entered.predecessor !== undefined) {
+    if (entered.kind === 'granted') {
+      // Granted by the enqueue itself: no queue key was written, so its number is free for the next claim.
+      this.#freeNumber(claim);
+      standing = this.#grant(claim, holder);
+    } else if (entered.predecessor !== undefined) {
       const wait = { predecessor: entered.predecessor, fromRevision: entered.revision + 1n };
       return this.waits.behind(claim, wait);
     } else if (entered.free === undefined) {
@@ -200,7 +205,7 @@ export class EtcdSemaphoreProtocol
     this.abandon(claim);
     const { holder, lease: waiters } = claim;
     if (!holder?.session) return this.revokeOwn(holder, () => this.#freeNumber(claim));
-    const writing = claim.writing;
+    const writing = mayStillLand(claim, this.clock.monotonic());
     const known = claim.queueRevision > 0n;
     // A key on a lost lease went with it.
     const queued = claim.queued && waiters !== undefined && !waiters.isLost;

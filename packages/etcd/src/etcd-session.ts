@@ -117,13 +117,32 @@ export class EtcdSession {
   }
 
   /**
-   * The live waiters' session for `ttlS`, without I/O; undefined if there is none or its known life ran out. A
+   * The waiters' session for `ttlS`, without I/O, if at least half its TTL is known to be left; else undefined. A
    * semaphore's waiters queue on a session lease of their own, so that keeping them alive never extends a holder's
-   * lease (a permit taken with `renew: false` must run out even while others wait behind it).
+   * lease (a permit taken with `renew: false` must run out even while others wait behind it). Nobody renews that
+   * session while no one waits, so it can be close to its end: a key queued on it then would be gone, with its
+   * place in the queue, before the first keep-alive of its wait (see `addWaiter`).
    */
   liveWaiters(ttlS: number): TrackedLease | undefined {
     const current = this.#sessions.get(`waiters:${ttlS}`);
-    return current && !current.isLost && current.expiresAt > this.#clock.monotonic() ? current : undefined;
+    const now = this.#clock.monotonic();
+    return current && !current.isLost && current.expiresAt - now >= current.ttlMs / 2 ? current : undefined;
+  }
+
+  /**
+   * A waiters' session for `ttlS` with at least half its TTL known to be left: the current one, kept alive first when
+   * it is shorter than that, or a new one when etcd no longer knows it.
+   */
+  async waiters(ttlS: number): Promise<TrackedLease> {
+    const live = this.liveWaiters(ttlS);
+    if (live) return live;
+    const current = this.#sessions.get(`waiters:${ttlS}`);
+    const now = this.#clock.monotonic();
+    if (current && !current.isLost && current.expiresAt > now) {
+      const outcome = await this.keepAlive(current, now);
+      if (outcome.alive) return current;
+    }
+    return this.session(ttlS, 'waiters');
   }
 
   /** With `signal`, settles as soon as it aborts; a lease granted after that is revoked when the answer comes. */
@@ -210,16 +229,19 @@ export class EtcdSession {
 
   /**
    * A contender queued on `lease` keeps it alive (every third of the TTL) until it leaves the queue: nobody else
-   * renews a lease that holds no lock yet.
+   * renews a lease that holds no lock yet. The first keep-alive goes sooner when the lease's known life is short (a
+   * session last confirmed a while ago): at the latest a third of the TTL before that life ends.
    */
   addWaiter(lease: TrackedLease): void {
     lease.waiters += 1;
     if (lease.waiters > 1 || lease.isLost) return;
+    const interval = lease.ttlMs / 3;
     const tick = (): void => {
       this.keepAlive(lease, this.#clock.monotonic()).catch(() => {});
-      lease.stopTimer = later(this.#clock, lease.ttlMs / 3, tick);
+      lease.stopTimer = later(this.#clock, interval, tick);
     };
-    lease.stopTimer = later(this.#clock, lease.ttlMs / 3, tick);
+    const left = lease.expiresAt - this.#clock.monotonic();
+    lease.stopTimer = later(this.#clock, Math.max(0, Math.min(interval, left - interval)), tick);
   }
 
   removeWaiter(lease: TrackedLease): void {

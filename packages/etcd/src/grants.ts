@@ -124,16 +124,21 @@ export class Grants<R extends GrantRecord> {
   /**
    * A lease of its own is revoked (deleting the key in the same raft entry); a session's key is deleted if its
    * create revision is still the grant's token, and retried in the background if that fails: the session lives on
-   * with the other grants, and without a retry the key would stay with it.
+   * with the other grants, and without a retry the key would stay with it. "Not found" answered while the lease is
+   * still within its known life is a release all the same (see `#deletedByUs`).
    */
   async release(lease: Lease): Promise<boolean> {
     const held = this.lookup(lease);
     if (!held) return false;
     this.forget(lease.ownershipToken);
     try {
-      if (!held.lease.session) return await this.#session.revoke(held.lease);
+      if (!held.lease.session) {
+        return (await this.#session.revoke(held.lease)) || this.#deletedByUs(held.lease);
+      }
       try {
-        return deletedOne(await this.#txns.deleteKey(held.key, held.revision));
+        return (
+          deletedOne(await this.#txns.deleteKey(held.key, held.revision)) || this.#deletedByUs(held.lease)
+        );
       } catch (error) {
         this.#cleanups.run(
           () => (held.lease.isLost ? Promise.resolve() : this.#txns.deleteKey(held.key, held.revision)),
@@ -145,6 +150,17 @@ export class Grants<R extends GrantRecord> {
       // Only now, once the delete has settled: a new claim on the same key must not race our own delete.
       this.#kind.freed?.(held);
     }
+  }
+
+  /**
+   * Whether a key (or lease) found gone by a release was deleted by that release itself. It was, when the answer came
+   * before the lease's known life ended: etcd cannot have expired the lease by then (its TTL restarted no earlier
+   * than our last confirmed keep-alive was sent), and no other client deletes our keys, so the release was applied
+   * once already and sent again (etcd3 re-sends a request after a connection reset, even one etcd applied). Past
+   * that life, or with the lease known lost, the grant may have expired first: lost.
+   */
+  #deletedByUs(lease: TrackedLease): boolean {
+    return !lease.isLost && this.#txns.requests.clock.monotonic() < lease.expiresAt;
   }
 
   /** The grants of a lost session: forgotten (their keys went with the lease). */

@@ -89,7 +89,8 @@ export class PermitSlots<C extends SlotClaim> {
    * and the slot we guess free is free → the slot key is created (uncontended: one write). Otherwise, when waiting
    * (`waiters` set): our queue key is read as it was, written, read again (its create revision is our place), and
    * the two newest queue keys (the one before ours is the one to watch) and the slot keys are read; when not
-   * waiting: only the first queue key and the slot keys are read, and a slot seen free is tried again.
+   * waiting: only the first queue key and the slot keys are read, and a slot seen free is tried again. Before either,
+   * a slot key holding this attempt's value is taken as ours: etcd applied this write once and etcd3 sent it again.
    */
   async enter(claim: C, holder: TrackedLease, waiters: TrackedLease | undefined): Promise<Entered> {
     const entered = await this.#enter(claim, holder, waiters);
@@ -104,8 +105,8 @@ export class PermitSlots<C extends SlotClaim> {
 
   /**
    * First in line: takes slot `slot` on `lease` if our queue key is still the one we wrote (so our lease is alive)
-   * and the slot key is absent, deleting our queue key in the same step; else reads both again, and tries a slot
-   * seen free.
+   * and the slot key is absent, deleting our queue key in the same step; else reads both again (and the slot key
+   * with its value: a re-sent copy of a take already applied finds its own key), and tries a slot seen free.
    */
   async take(claim: C, slot: number, lease: TrackedLease): Promise<Next> {
     const { layout, queueKey, value } = claim;
@@ -122,12 +123,12 @@ export class PermitSlots<C extends SlotClaim> {
             { request_delete_range: { key: queueKey } },
             { request_put: { key, value, lease: lease.id } },
           ],
-          failure: [keysOnly(queueKey), keysOnly(layout.slots, layout.slotsEnd)],
+          failure: [keysOnly(queueKey), keysOnly(layout.slots, layout.slotsEnd), { request_range: { key } }],
         },
         (answer) => this.#learnTaken(claim, answer),
       );
       claim.roundTripMs = this.#txns.requests.clock.monotonic() - sentAt;
-      if (response.succeeded) return { kind: 'taken' };
+      if (response.succeeded || ownSlotKey(claim, rangeKvs(response, 2))) return { kind: 'taken' };
       const own = rangeKvs(response, 0)[0];
       if (own === undefined || BigInt(own.create_revision) !== claim.queueRevision) return { kind: 'gone' };
       const free = this.#freeIn(layout, rangeKvs(response, 1));
@@ -301,7 +302,17 @@ export class PermitSlots<C extends SlotClaim> {
               request_txn: {
                 compare: [isEmpty(layout.queue, layout.queueEnd), createdAt(key, 0n)],
                 success: [{ request_put: { key, value, lease: holder.id } }],
-                failure,
+                // A slot key with this attempt's value is this very write, applied once already and sent again
+                // (etcd3 re-sends after a connection reset): it is read, and nothing more is written.
+                failure: [
+                  {
+                    request_txn: {
+                      compare: [{ key, target: 'Value', result: 'Equal', value }],
+                      success: [keysOnly(key)],
+                      failure,
+                    },
+                  },
+                ],
               },
             },
           ],
@@ -312,9 +323,12 @@ export class PermitSlots<C extends SlotClaim> {
       if (!response.succeeded) throw mismatch(layout, response);
       const inner = innerOf(response);
       if (inner.succeeded) return { kind: 'granted', sentAt };
+      // The refused branch: our own slot key found (a re-sent copy of this write), or the reads as before.
+      const found = innerOf(inner);
+      if (found.succeeded) return { kind: 'granted', sentAt };
       if (queue) {
-        if (rangeKvs(inner, 0).length > 0) return { kind: 'gone', sentAt };
-        const newest = rangeKvs(inner, 3);
+        if (rangeKvs(found, 0).length > 0) return { kind: 'gone', sentAt };
+        const newest = rangeKvs(found, 3);
         const mine = newest[0] !== undefined && BigInt(newest[0].create_revision) === claim.queueRevision;
         if (!mine) return { kind: 'gone', sentAt };
         return {
@@ -322,11 +336,11 @@ export class PermitSlots<C extends SlotClaim> {
           sentAt,
           revision: BigInt(response.header.revision),
           predecessor: newest[1]?.key,
-          free: this.#freeIn(layout, rangeKvs(inner, 4)),
+          free: this.#freeIn(layout, rangeKvs(found, 4)),
         };
       }
-      const free = this.#freeIn(layout, rangeKvs(inner, 1));
-      if (rangeKvs(inner, 0).length > 0) return { kind: 'refused', sentAt, free: undefined };
+      const free = this.#freeIn(layout, rangeKvs(found, 1));
+      if (rangeKvs(found, 0).length > 0) return { kind: 'refused', sentAt, free: undefined };
       if (free === undefined || tries >= SLOT_TRIES || request.signal.aborted) {
         return { kind: 'refused', sentAt, free };
       }
@@ -369,13 +383,18 @@ export class PermitSlots<C extends SlotClaim> {
     return undefined;
   }
 
-  /** What a take's answer says: on success the slot is ours and the queue key is gone. */
+  /**
+   * What a take's answer says: on success the slot is ours and the queue key is gone. A failed take that reads the
+   * slot key with this attempt's value was applied once already and sent again (etcd3 re-sends after a connection
+   * reset): the slot is ours all the same, created when that first copy was applied.
+   */
   #learnTaken(claim: C, response: TxnResponseLike): void {
-    if (!response.succeeded) {
+    const own = response.succeeded ? undefined : ownSlotKey(claim, rangeKvs(response, 2));
+    if (!response.succeeded && own === undefined) {
       claim.slot = undefined;
       return;
     }
-    claim.slotRevision = BigInt(response.header.revision);
+    claim.slotRevision = own ? BigInt(own.create_revision) : BigInt(response.header.revision);
     claim.queued = false;
     this.#promoted(claim);
   }
@@ -395,9 +414,17 @@ function learnEntered(claim: SlotClaim, response: TxnResponseLike, queue: boolea
     if (queue) claim.queued = false;
     return;
   }
+  const branch = inner.responses[0]?.response_txn;
+  if (branch?.succeeded) {
+    // Our own slot key, from the first copy of this write: its create revision is the fencing token.
+    const mine = rangeKvs(branch, 0)[0];
+    if (mine !== undefined) claim.slotRevision = BigInt(mine.create_revision);
+    if (queue) claim.queued = false;
+    return;
+  }
   claim.slot = undefined;
-  if (!queue) return;
-  const own = rangeKvs(inner, 2)[0];
+  if (!queue || !branch) return;
+  const own = rangeKvs(branch, 2)[0];
   if (own !== undefined) claim.queueRevision = BigInt(own.create_revision);
 }
 
@@ -432,6 +459,12 @@ function innerOf(response: TxnResponseLike): TxnResponseLike {
   const inner = response.responses[0]?.response_txn;
   if (!inner) throw transportError('acquire', new Error('nested transaction answer missing'));
   return inner;
+}
+
+/** The slot key read, if its value is this attempt's: a write of ours that etcd applied. */
+function ownSlotKey(claim: SlotClaim, kvs: readonly KeyValueLike[]): KeyValueLike | undefined {
+  const kv = kvs[0];
+  return kv?.value?.equals(claim.value) ? kv : undefined;
 }
 
 export function asPermitRequest(request: AcquireRequest): PermitRequest {

@@ -6,6 +6,7 @@ import type {
   TxnRequestLike,
   TxnResponseLike,
 } from './client-like.js';
+import { isLeaseNotFound } from './errors.js';
 import type { EtcdRequests, RequestOptions } from './requests.js';
 
 /** Holds when no key lies in `[key, rangeEnd)`: a comparison over a range must hold for each key, so for none. */
@@ -56,12 +57,26 @@ export const guardedDelete = (key: Buffer, guard: CompareLike | undefined): Requ
 export const deletedOne = (response: TxnResponseLike): boolean =>
   response.succeeded && response.responses[0]?.response_delete_range?.deleted !== '0';
 
+/**
+ * How long after a write failed without an answer from etcd (its deadline passed, its connection reset) it may still
+ * be applied: etcd gives up on a proposal it could not commit after its own request timeout (7 s by default: 5 s and
+ * two election timeouts), yet one already in raft may still commit in a leader change. No hard bound exists; this
+ * one covers etcd's own timeout with room to spare.
+ */
+export const APPLY_HORIZON_MS = 10_000;
+
 /** An acquire attempt whose writes may land after it gave up on them. */
 export interface Writer {
   readonly request: { readonly signal: AbortSignal };
-  /** A write is in flight, even one given up on: it may still land. */
-  writing: boolean;
+  /**
+   * Until when (monotonic ms) a write of the attempt may still land: +∞ while one is unanswered (even one given up
+   * on), `APPLY_HORIZON_MS` past a failure without an answer from etcd, and 0 once etcd answered.
+   */
+  writingUntil: number;
 }
+
+/** Whether a write of `claim` may still land after `now`: a delete of its keys now must be repeated later. */
+export const mayStillLand = (claim: Writer, now: number): boolean => claim.writingUntil > now;
 
 /**
  * The transactions one driver sends: each bounded (see `EtcdRequests`), each answer's store revision noted (a watch
@@ -88,22 +103,30 @@ export class Txns {
     return response;
   }
 
-  /** A write of the claim's keys: `writing` is set until etcd answers, even after the claim gave up on it. */
+  /**
+   * A write of the claim's keys, marked in flight until etcd answers, even after the claim gave up on it; a failure
+   * that is no answer from etcd (a deadline, a reset) leaves it marked for `APPLY_HORIZON_MS` more, as a proposal
+   * etcd received may be applied after its client stopped waiting. "Lease not found" is etcd refusing it.
+   */
   async write(
     claim: Writer,
     what: string,
     txn: TxnRequestLike,
     onLate: (late: TxnResponseLike) => void,
   ): Promise<TxnResponseLike> {
-    const settled = (): void => {
-      claim.writing = false;
+    const answered = (): void => {
+      claim.writingUntil = 0;
     };
-    claim.writing = true;
+    const failed = (error: unknown): void => {
+      if (isLeaseNotFound(error)) answered();
+      else claim.writingUntil = this.requests.clock.monotonic() + APPLY_HORIZON_MS;
+    };
+    claim.writingUntil = Number.POSITIVE_INFINITY;
     const response = await this.requests.run(
       what,
       (call) => {
         const sent = this.#kv.txn(txn, call);
-        sent.then(settled, settled);
+        sent.then(answered, failed);
         return sent;
       },
       { signal: claim.request.signal, onLate },

@@ -20,8 +20,8 @@ export interface QueueClaim {
   readonly deadline: number;
   /** The lease the queue key is written with; unset until the lease is granted or the session open. */
   lease: TrackedLease | undefined;
-  /** A write is in flight, even one given up on: it may still land. */
-  writing: boolean;
+  /** Until when (monotonic ms) a write of the claim may still land (see `Writer`). */
+  writingUntil: number;
   /** Queued, keeping its lease alive. */
   waiting: boolean;
   /** Set once granted: the grant's ownership token. */
@@ -40,7 +40,7 @@ export function newClaim<Q extends QueueClaim['request']>(
     startedAt,
     deadline: startedAt + request.waitMs,
     lease: undefined,
-    writing: false,
+    writingUntil: 0,
     waiting: false,
     token: undefined,
     roundTripMs: 0,
