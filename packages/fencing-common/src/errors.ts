@@ -16,8 +16,11 @@ export type FencingErrorCode = 'STALE_FENCING_TOKEN' | 'INVALID_ARGUMENT' | 'FEN
  * succeed; a stale token or a bad argument never becomes valid by retrying.
  */
 export abstract class FencingError extends Error {
+  /** Which failure this is; stable across releases, unlike the message. */
   abstract readonly code: FencingErrorCode;
+  /** True when running the whole transaction again, with a fresh token from the same lock, can succeed. */
   abstract readonly retryable: boolean;
+  /** The `Symbol.for('dlock.error')` brand that {@link isDLockError} checks; always `true`. */
   readonly [BRAND] = true;
 
   constructor(message: string, options?: { cause?: unknown }) {
@@ -35,7 +38,10 @@ export abstract class FencingError extends Error {
  * catch (e) { if (isDLockError(e) && e.code === 'STALE_FENCING_TOKEN') return; throw e; }
  * ```
  */
-export function isDLockError(value: unknown): value is Error & { readonly code: string } {
+export function isDLockError(value: unknown): value is Error & {
+  /** The error's stable code, e.g. `STALE_FENCING_TOKEN` or core's `ACQUIRE_TIMEOUT`. */
+  readonly code: string;
+} {
   return typeof value === 'object' && value !== null && (value as { [BRAND]?: unknown })[BRAND] === true;
 }
 
@@ -48,7 +54,9 @@ export class StaleFencingTokenError extends FencingError {
   readonly code = 'STALE_FENCING_TOKEN';
   readonly retryable = false;
   constructor(
+    /** The resource the write was fenced on. */
     readonly resource: string,
+    /** The token that was refused. */
     readonly token: bigint,
     /** The stored mark that beat `token`; always greater than `token`. */
     readonly highWaterMark: bigint,
@@ -79,6 +87,7 @@ export class FenceConflictError extends FencingError {
   readonly code = 'FENCE_CONFLICT';
   readonly retryable = true;
   constructor(
+    /** The resource the aborted transaction was fenced on. */
     readonly resource: string,
     cause: unknown,
   ) {
@@ -94,6 +103,7 @@ export class FenceBusyError extends FencingError {
   readonly code = 'FENCE_BUSY';
   readonly retryable = true;
   constructor(
+    /** The resource whose fence row stayed locked. */
     readonly resource: string,
     cause: unknown,
   ) {

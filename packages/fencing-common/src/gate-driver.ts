@@ -2,7 +2,9 @@ import type { IsolationLevel } from './transaction-settings.js';
 
 /** A validated fence: the resource and the token that must not be below its mark. */
 export interface Fence {
+  /** The resource name, checked by `assertResource`: 1..1024 UTF-8 bytes, no NUL. */
   readonly resource: string;
+  /** The fencing token, in 1..2^63-1. */
   readonly token: bigint;
 }
 
@@ -12,7 +14,12 @@ export interface Fence {
  * first statement before the guard); settings that do not apply are left `undefined` by the caller.
  */
 export interface FenceCall extends Fence {
+  /** Isolation level of a transaction the gate opens; `undefined` leaves the database's default. */
   readonly isolationLevel?: IsolationLevel | undefined;
+  /**
+   * Longest wait for a row lock, in ms (an integer in 1..2147483647), for the rest of a transaction the gate opens;
+   * `undefined` leaves the database's setting.
+   */
   readonly lockTimeoutMs?: number | undefined;
 }
 

@@ -27,7 +27,7 @@ export {
   quoteIdentifier,
 } from './postgres-sql.js';
 export { type FenceRetryOptions, withFenceRetry } from './retry.js';
-export { checkGate, runGate, toFencingError } from './run-gate.js';
+export { checkGate, runGate } from './run-gate.js';
 export {
   ISOLATION_LEVELS,
   type IsolationLevel,

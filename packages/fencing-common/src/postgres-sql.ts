@@ -5,7 +5,9 @@ import { errorProperty, type RetryableKind } from './gate-driver.js';
  * the two gates cannot drift apart. Parameters: `$1` resource, `$2` token as a decimal string.
  */
 export interface PostgresFencingStatements {
+  /** Creates the fence table (`resource` text key, `last_token` bigint) unless it exists. No parameters. */
   readonly createTable: string;
+  /** Drops the fence table if it exists, and with it every mark. No parameters. */
   readonly dropTable: string;
   /** One row back: accepted, and the row is locked. Zero rows: stale, and the row is locked too. */
   readonly guard: string;

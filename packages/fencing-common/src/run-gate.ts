@@ -55,12 +55,7 @@ async function judgeByMark<Tx>(driver: GateDriver<Tx>, tx: Tx, call: FenceCall):
 }
 
 /** Maps what a retry can cure to the retryable fencing errors; everything else passes through unchanged. */
-export function toFencingError(
-  kind: RetryableKind,
-  error: unknown,
-  resource: string,
-  inGuard: boolean,
-): unknown {
+function toFencingError(kind: RetryableKind, error: unknown, resource: string, inGuard: boolean): unknown {
   if (kind === 'conflict') return new FenceConflictError(resource, error);
   if (kind === 'busy' && inGuard) return new FenceBusyError(resource, error);
   return error;

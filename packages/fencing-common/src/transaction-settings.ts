@@ -3,6 +3,7 @@ import { InvalidArgumentError } from './errors.js';
 /** Isolation levels a gate can open its transaction with; every dialect names them alike. */
 export type IsolationLevel = 'read committed' | 'repeatable read' | 'serializable';
 
+/** Every value `parseIsolationLevel` accepts, weakest first. Frozen. */
 export const ISOLATION_LEVELS: readonly IsolationLevel[] = Object.freeze([
   'read committed',
   'repeatable read',
