@@ -18,6 +18,7 @@ export {
   withFenceRetry,
 } from '@dlock/fencing-common';
 export type {
+  NotAPool,
   PgClientLike,
   PgPoolClientLike,
   PgPoolLike,
