@@ -28,4 +28,9 @@ export {
   type FencingTableOptions,
   fencingSql,
 } from './options.js';
-export { ensureFencingTable, type FencingTable, fencingMigration } from './schema.js';
+export {
+  ensureFencingTable,
+  type FencingMigration,
+  type FencingTable,
+  fencingMigration,
+} from './schema.js';

@@ -16,7 +16,9 @@ import { detectDialect, FENCING_OPTION_KEYS, type FencingTableOptions, fencingSq
  * ```
  */
 export interface FencingTable {
+  /** The resource name, the primary key. */
   resource: string;
+  /** The high-water mark: the highest token accepted for `resource`. */
   last_token: string | number | bigint;
 }
 
@@ -25,7 +27,9 @@ export interface FencingTable {
  * type to `kysely/migration`).
  */
 export interface FencingMigration {
+  /** Creates the fence table if it is missing; safe to run again. */
   up<DB>(db: Kysely<DB>): Promise<void>;
+  /** Drops the fence table if it exists, and every mark in it. */
   down<DB>(db: Kysely<DB>): Promise<void>;
 }
 

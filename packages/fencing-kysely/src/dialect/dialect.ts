@@ -11,6 +11,7 @@ export type FencingDialectName = 'postgres' | 'mysql' | 'sqlite';
 export interface FencingDialectSql {
   /** Idempotent DDL (`CREATE TABLE IF NOT EXISTS`). */
   readonly createTable: string;
+  /** Drops the fence table if it exists (`DROP TABLE IF EXISTS`), and every mark in it. */
   readonly dropTable: string;
   /** The guarded upsert; its parameters are listed in {@link guardParameters}. */
   readonly guard: string;
