@@ -11,6 +11,7 @@ import {
   MAX_PERMITS,
   MAX_TIMER_MS,
   type PermitRequest,
+  type PermitsInfo,
   type RenewRequest,
   type RenewResult,
   TransportError,
@@ -159,7 +160,13 @@ export class RedisLockService implements LockService, AsyncDisposable {
     try {
       const calledAt = this.#clock.monotonic();
       const name = this.#checkRequest(request);
-      const target = this.#semaphores.target(name, checkPermits(request.permits, 'request.permits'));
+      const metadata =
+        request.metadata === undefined ? undefined : checkMetadata(request.metadata, 'request.metadata');
+      const target = this.#semaphores.target(
+        name,
+        checkPermits(request.permits, 'request.permits'),
+        metadata,
+      );
       // Nothing stores a permit's metadata (no call reads it back), but it is checked as everywhere else.
       if (request.metadata !== undefined) checkMetadata(request.metadata, 'request.metadata');
       return this.#start(request, name, target, calledAt);
@@ -172,6 +179,15 @@ export class RedisLockService implements LockService, AsyncDisposable {
   async availablePermits(name: string, permits: number): Promise<number> {
     this.#assertOpen();
     return this.#semaphores.available(validateName(name), checkPermits(permits, 'permits'));
+  }
+
+  /**
+   * The semaphore's live leases by slot (owner id, token, time left by the server's clock, metadata, read from the
+   * slot keys) and its queued callers whose deadline has not passed; one script.
+   */
+  async inspectPermits(name: string, permits: number): Promise<PermitsInfo> {
+    this.#assertOpen();
+    return this.#semaphores.inspect(validateName(name), checkPermits(permits, 'permits'));
   }
 
   /** The name, once the service is open and the request's name and TTL are valid (before any I/O). */

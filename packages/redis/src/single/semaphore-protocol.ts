@@ -1,4 +1,4 @@
-import { type Lease, PermitsMismatchError } from '@dlock/core';
+import { type Lease, type PermitHolder, type PermitsInfo, PermitsMismatchError } from '@dlock/core';
 import { unexpectedReply } from '../errors.js';
 import { semaphoreKeys, semaphoreSlotKey } from '../keys.js';
 import type { SendCommand } from '../lua-script.js';
@@ -74,6 +74,9 @@ export class SemaphoreProtocol {
         waitMs > 0 ? channel : '',
         String(claim.call.target.permits),
         recheck ? '1' : '0',
+        // Stored with the grant, for inspect: the owner id, and the metadata when there is some.
+        claim.call.ownerId,
+        ...(claim.call.target.stored === undefined ? [] : [claim.call.target.stored]),
       ],
       parse: parseReply,
     };
@@ -85,8 +88,9 @@ export class SemaphoreProtocol {
    * answers the earliest lease's end for the head waiter; the leave script takes the claim out and lets go of a
    * slot granted to it (or keeps one handed over at the last moment).
    */
-  target(name: string, permits: number): QueueTarget {
-    return { kind: this.#queue, keys: this.#keys(name), permits };
+  target(name: string, permits: number, metadata?: string): QueueTarget {
+    const target = { kind: this.#queue, keys: this.#keys(name), permits };
+    return metadata === undefined ? target : { ...target, stored: metadata };
   }
 
   /**
@@ -100,6 +104,47 @@ export class SemaphoreProtocol {
     const state: CallState = { abandoned: false };
     const script = scripts.release.run(send, keys, [claim, String(lease.slot)], state);
     return deadlines.boundAndMap(script, requestTimeoutMs, 'release permit', isOne, { state });
+  }
+
+  /**
+   * The inspect script: the live leases by slot (owner id, token, time left by the server's clock, metadata) and the
+   * queued callers whose deadline has not passed, or `PermitsMismatchError` for another limit in use.
+   */
+  async inspect(name: string, permits: number): Promise<PermitsInfo> {
+    const { scripts, send, deadlines, requestTimeoutMs } = this.#parts;
+    const reply = await deadlines.bound(
+      scripts.inspect.run(send, this.#keys(name), [String(permits)]),
+      requestTimeoutMs,
+      'inspect permits',
+    );
+    if (!Array.isArray(reply)) throw unexpectedReply('inspect permits', reply);
+    const [waiters, ...rest] = reply as unknown[];
+    if (waiters === 'permits' && typeof rest[0] === 'number')
+      throw new PermitsMismatchError(name, permits, rest[0]);
+    if (typeof waiters !== 'number' || rest.length % 5 !== 0) throw unexpectedReply('inspect permits', reply);
+    const held: PermitHolder[] = [];
+    for (let at = 0; at < rest.length; at += 5) {
+      const [slot, fence, pttl, ownerId, metadata] = rest.slice(at, at + 5);
+      if (
+        typeof slot !== 'number' ||
+        typeof fence !== 'string' ||
+        !DECIMAL.test(fence) ||
+        typeof pttl !== 'number' ||
+        (ownerId !== null && typeof ownerId !== 'string') ||
+        (metadata !== null && typeof metadata !== 'string')
+      ) {
+        throw unexpectedReply('inspect permits', reply);
+      }
+      // A lease granted by an older version stored no owner id.
+      const holder = {
+        slot,
+        ownerId: ownerId ?? '',
+        fencingToken: BigInt(fence),
+        expiresInMs: Math.max(0, pttl),
+      };
+      held.push(metadata === null ? holder : { ...holder, metadata });
+    }
+    return { permits, held, waiters };
   }
 
   /** The available script: slots no live lease holds, or `PermitsMismatchError` for another limit in use. */

@@ -8,11 +8,13 @@ import { LUA_CLOCK, LUA_MINT, LUA_VALUES, luaSource } from './scripts.js';
  *                   last idle, "0" … "hw-1", each scored with its lease's end as last known (server ms; 0: free)
  *   KEYS[2] fence   the last token handed out on any slot: the lock scripts' fence key, minted by their `mint`
  *   KEYS[3] queue   list of waiting ownership tokens, oldest first
- *   KEYS[4] waiters hash ownership token -> "<deadline ms> <ttl ms> <notify channel>" while queued, "=<slot>" once a
- *                   slot was handed to it (until its release: its grant is flagged q)
+ *   KEYS[4] waiters hash ownership token -> "<deadline ms> <ttl ms>/<payload bytes> <notify channel><payload>" while
+ *                   queued, "=<slot>" once a slot was handed to it (until its release: its grant is flagged q)
  * and slot i's key, KEYS[1] with "slots" replaced by "slot:<i>": a string valued "<who> <fence> <expiry ms> <flags>
- * <permits>", a held lock key whose metadata is the limit it was granted under (flags "-", or "q": handed over from
- * the queue), expiring with the lease (PXAT). Renewals are thus the lock's own scripts, which keep what follows the
+ * <permits><payload>", a held lock key whose metadata is the limit it was granted under and the payload the holder's
+ * owner id and metadata, for inspect (0xFF, the owner id, then 0xFF, or 0xFE and the metadata: neither byte occurs in
+ * UTF-8; a value or entry of an older version has none) (flags "-", or "q": handed over from the queue), expiring
+ * with the lease (PXAT). Renewals are thus the lock's own scripts, which keep what follows the
  * expiry, and a batch may mix locks and permits. (A weight can follow the limit later.)
  *
  * Slots. A slot key is the truth about its holder; the sorted set is an index that finds a slot in O(log N): the
@@ -56,6 +58,8 @@ const SEM_PRELUDE = `
 local SLOT = string.sub(KEYS[1], 1, -6) .. 'slot:'
 -- The limit a grant written by this script carries (set by each script before it grants).
 local LIMIT
+-- The caller's payload (the acquire script's): 0xFF, its owner id, then 0xFF, or 0xFE and its metadata.
+local PAYLOAD
 
 -- The next token. The first grant of a script writes the clock's token to the fence key reading the last one
 -- (SET ... GET, as the lock's acquire does); mint then keeps the count from there, and writes again only when the
@@ -86,10 +90,11 @@ local function holder(slot)
   return live(redis.call('GET', SLOT .. slot))
 end
 
--- Writes \`who\`'s grant of \`slot\` and indexes it; the index lives as long as the fence key.
-local function put(slot, who, fence, ttl, flags)
+-- Writes \`who\`'s grant of \`slot\` and indexes it; the index lives as long as the fence key. payload: the
+-- holder's owner id and metadata (see the header), after the limit.
+local function put(slot, who, fence, ttl, flags, payload)
   local expiry = num(now_ms() + ttl)
-  local value = who .. ' ' .. fence .. ' ' .. expiry .. ' ' .. flags .. (LIMIT and ' ' .. LIMIT or '')
+  local value = who .. ' ' .. fence .. ' ' .. expiry .. ' ' .. flags .. (LIMIT and ' ' .. LIMIT .. (payload or '') or '')
   redis.call('SET', SLOT .. slot, value, 'PXAT', expiry)
   redis.call('ZADD', KEYS[1], expiry, slot)
   redis.call('PEXPIRE', KEYS[1], num(ttl + RETENTION_MS))
@@ -100,7 +105,7 @@ end
 local function take(slot, who, ttl)
   local fence = token(ttl)
   local expiry = num(now_ms() + ttl)
-  local value = who .. ' ' .. fence .. ' ' .. expiry .. ' -' .. (LIMIT and ' ' .. LIMIT or '')
+  local value = who .. ' ' .. fence .. ' ' .. expiry .. ' -' .. (LIMIT and ' ' .. LIMIT .. (PAYLOAD or '') or '')
   if redis.call('SET', SLOT .. slot, value, 'PXAT', expiry, 'NX') then
     redis.call('ZADD', KEYS[1], expiry, slot)
     redis.call('PEXPIRE', KEYS[1], num(ttl + RETENTION_MS))
@@ -111,8 +116,20 @@ local function take(slot, who, ttl)
     redis.call('ZADD', KEYS[1], held, slot)
     return nil
   end
-  put(slot, who, fence, ttl, '-')
+  put(slot, who, fence, ttl, '-', PAYLOAD)
   return fence
+end
+
+-- A queued entry: deadline, ttl, notify channel and the payload its grant will carry; "<deadline> <ttl>/<payload
+-- bytes> <channel><payload>" (channels may hold spaces: the byte count tells them apart), or from an older version
+-- "<deadline> <ttl> <channel>". Nil for anything else (a hand-off's "=<slot>").
+local function waiter_entry(entry)
+  if not entry then return nil end
+  local deadline, ttl, bytes, rest = string.match(entry, '^(%d+) (%d+)/?(%d*) (.+)$')
+  if not rest or bytes == '' then return deadline, ttl, rest, nil end
+  local n = tonumber(bytes)
+  if n >= #rest then return nil end
+  return deadline, ttl, string.sub(rest, 1, #rest - n), string.sub(rest, #rest - n + 1)
 end
 
 -- Gives \`slot\` to the oldest waiter still there, telling only that waiter's process; the caller itself (skip) reads
@@ -125,11 +142,10 @@ local function hand_over(slot, skip)
     local head = redis.call('LPOP', KEYS[3])
     if not head then return nil, nil, written end
     local entry = redis.call('HGET', KEYS[4], head)
-    local deadline, ttl, channel
-    if entry then deadline, ttl, channel = string.match(entry, '^(%d+) (%d+) (.+)$') end
+    local deadline, ttl, channel, payload = waiter_entry(entry)
     if deadline and tonumber(deadline) > now_ms() then
       local fence = token(ttl)
-      put(slot, head, fence, tonumber(ttl), 'q')
+      put(slot, head, fence, tonumber(ttl), 'q', payload)
       redis.call('HSET', KEYS[4], head, '=' .. slot)
       written = true
       if head == skip or publish(channel, head .. ' ' .. fence .. ' ' .. slot) > 0 then return head, fence end
@@ -226,7 +242,8 @@ end
 
 /**
  * ARGV[1] ownership token, ARGV[2] ttl ms, ARGV[3] wait ms (0: do not queue), ARGV[4] notify channel ('' when not
- * queueing), ARGV[5] permits, ARGV[6] '1' when the claim looks again (it may have been handed a slot).
+ * queueing), ARGV[5] permits, ARGV[6] '1' when the claim looks again (it may have been handed a slot), ARGV[7] the
+ * owner id and ARGV[8] the metadata (absent: none) to store with the grant.
  * Returns {fencing token, slot} for a grant made now, {fencing token, slot, PTTL} for one handed over earlier,
  * {"permits", stored limit} when the semaphore is in use with another limit; else the ms until the earliest known
  * lease ends for a caller that does not queue, and {ms, ceiling} for one that does: ms until the lease its turn
@@ -236,6 +253,7 @@ const ACQUIRE = `
 local owner, ttl, wait, permits = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[5])
 local now = now_ms()
 LIMIT = permits
+PAYLOAD = ARGV[7] and '\\255' .. ARGV[7] .. (ARGV[8] and '\\254' .. ARGV[8] or '\\255')
 
 if ARGV[6] == '1' then
   local entry = redis.call('HGET', KEYS[4], owner)
@@ -314,7 +332,9 @@ end
 
 if wait == 0 then return earliest and math.max(earliest - now, 1) or 0 end
 local position
-if redis.call('HSETNX', KEYS[4], owner, num(now + wait) .. ' ' .. ARGV[2] .. ' ' .. ARGV[4]) == 1 then
+local entry = num(now + wait) .. ' ' .. ARGV[2]
+entry = PAYLOAD and entry .. '/' .. #PAYLOAD .. ' ' .. ARGV[4] .. PAYLOAD or entry .. ' ' .. ARGV[4]
+if redis.call('HSETNX', KEYS[4], owner, entry) == 1 then
   position = redis.call('RPUSH', KEYS[3], owner)
   -- The queue outlives no entry (with a margin, so that a stream of waiters does not extend it on every arrival),
   -- and the index outlives the queue.
@@ -410,11 +430,52 @@ refresh()
 return math.max(0, permits - redis.call('ZCOUNT', KEYS[1], '(' .. now_ms(), '+inf'))
 `;
 
+/**
+ * ARGV[1] permits. The live leases, read from the slot keys (MGET, O(permits): the index may hold a renewed lease's
+ * end as passed), and the queued callers whose deadline has not passed: {waiters, then per held slot: slot, fencing
+ * token, PTTL, owner id or nil, metadata or nil}; or {"permits", stored limit} as the acquire script does. Writes
+ * nothing. The payload is split here: its separators are not UTF-8, so they would not survive a client's decoding.
+ */
+const INSPECT = `
+local permits = tonumber(ARGV[1])
+local stored = stored_limit(redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES'))
+if stored and stored ~= permits then
+  if in_use() then return {'permits', stored} end
+  return {0}
+end
+local now = now_ms()
+local out = {0}
+for _, entry in ipairs(redis.call('HVALS', KEYS[4])) do
+  local deadline = string.match(entry, '^(%d+) ')
+  if deadline and tonumber(deadline) > now then out[1] = out[1] + 1 end
+end
+for from = 0, permits - 1, 1000 do
+  local keys = {}
+  for i = from, math.min(from + 999, permits - 1) do keys[#keys + 1] = SLOT .. i end
+  local values = redis.call('MGET', unpack(keys))
+  for j = 1, #keys do
+    local _, fence, expiry, _, rest = live(values[j] or nil)
+    if expiry then
+      local limit = limit_of(rest)
+      if not stored and limit and limit ~= permits then return {'permits', limit} end
+      local id, sep, meta = string.match(rest, '^ %d+\\255([^\\254\\255]*)([\\254\\255])(.*)$')
+      out[#out + 1] = from + j - 1
+      out[#out + 1] = fence
+      out[#out + 1] = expiry - now
+      out[#out + 1] = id or false
+      out[#out + 1] = sep == '\\254' and meta
+    end
+  end
+end
+return out
+`;
+
 export interface SemaphoreScripts {
   readonly acquire: LuaScript;
   readonly release: LuaScript;
   readonly leave: LuaScript;
   readonly available: LuaScript;
+  readonly inspect: LuaScript;
 }
 
 /** The semaphore scripts for one fence retention; `sharded`: publish with SPUBLISH (Redis Cluster). */
@@ -432,5 +493,6 @@ export function semaphoreScripts(fenceRetentionMs: number, sharded = false): Sem
     release: build(RELEASE),
     leave: build(LEAVE),
     available: build(AVAILABLE),
+    inspect: build(INSPECT),
   };
 }
