@@ -154,6 +154,22 @@ export function inspectContract(
       await handle.release();
     });
 
+    it("a lock handed to a queued waiter reports that waiter's owner id and metadata", {
+      timeout,
+    }, async (context) => {
+      if (!locks()) return context.skip();
+      const handle = await client().acquire(name, { ttlMs, metadata: 'first' });
+      const waiter = client();
+      const waiting = waiter.acquire(name, { ttlMs, waitMs: 20_000, metadata: 'second ✓' });
+      await sleep(100);
+      await handle.release();
+      const next = await waiting;
+      const info = await client().inspect(name);
+      expect(info).toMatchObject({ held: true, fencingToken: next.fencingToken, metadata: 'second ✓' });
+      expect(info.ownerId).toBe(ownerWithMetadata ? waiter.ownerId : undefined);
+      await next.release();
+    });
+
     it('an unused semaphore has no holders', { timeout }, async (context) => {
       if (!permits()) return context.skip();
       const info = await client().semaphore(name, { permits: 3, ttlMs }).inspect();
@@ -223,6 +239,29 @@ export function inspectContract(
         ).toBe(0);
       }
       await held.release();
+    });
+
+    it("a permit handed to a queued waiter reports that waiter's owner id and metadata", {
+      timeout,
+    }, async (context) => {
+      if (!permits()) return context.skip();
+      const held = await client().semaphore(name, { permits: 1, ttlMs }).acquire({ metadata: 'first' });
+      const waiter = client();
+      const waiting = waiter
+        .semaphore(name, { permits: 1, ttlMs })
+        .acquire({ waitMs: 20_000, metadata: 'second ✓' });
+      await sleep(100);
+      await held.release();
+      const next = await waiting;
+      const info = await client().semaphore(name, { permits: 1, ttlMs }).inspect();
+      expect(info.held).toHaveLength(1);
+      expect(info.held[0]).toMatchObject({
+        slot: next.slot,
+        ownerId: waiter.ownerId,
+        fencingToken: next.fencingToken,
+        metadata: 'second ✓',
+      });
+      await next.release();
     });
 
     it('refuses another limit while the semaphore is in use, like available()', {
