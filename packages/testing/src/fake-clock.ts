@@ -7,6 +7,7 @@ interface Timer {
   readonly fire: () => void;
 }
 
+/** Where a {@link FakeClock} starts. */
 export interface FakeClockOptions {
   /** Initial wall-clock time (ms since the epoch). Default 1_700_000_000_000. */
   readonly wallStart?: number;
@@ -153,14 +154,20 @@ export class FakeProcessClock implements Clock {
     this.#timeline = timeline;
   }
 
+  /** True between `pause()` and `resume()`. */
   get paused(): boolean {
     return this.#paused;
   }
 
+  /** Freezes this process: none of its sleeps fire, however far the timeline advances, until `resume()`. */
   pause(): void {
     this.#paused = true;
   }
 
+  /**
+   * Unfreezes this process. Sleeps that came due while it was paused fire on the timeline's next `advance` (use
+   * `advance(0)` to run them at once).
+   */
   resume(): void {
     this.#paused = false;
   }

@@ -15,17 +15,21 @@ import {
 } from '@dlock/core';
 import { rejectUnknownKeys } from '@dlock/core/adapter';
 
+/** How a partition cuts calls off; see {@link FaultyLockService.partition}. */
 export type PartitionMode =
   /** Calls fail at once with a `TransportError` (connection refused). */
   | 'fail'
   /** Calls never answer (packets dropped, sockets open) until `heal()`; the caller's own timeout must fire. */
   | 'hang';
 
+/** The service calls {@link CallCounts} counts, one counter each. */
 export type ServiceMethod = 'acquire' | 'renew' | 'release' | 'watch' | 'inspect' | 'updateMetadata';
 
 /** Counts of calls that reached the wrapper, and of those forwarded to the real service. */
 export interface CallCounts {
+  /** Calls made to the wrapper, faulted or not. A `renewMany` batch counts once per request in it. */
   readonly attempted: Record<ServiceMethod, number>;
+  /** Calls that got past the faults and reached the wrapped service. */
   readonly forwarded: Record<ServiceMethod, number>;
 }
 
@@ -127,10 +131,12 @@ export class FaultyLockService implements LockService {
     this.#failNext = n;
   }
 
+  /** The call counters so far; a live view that keeps counting, not a snapshot. */
   get counts(): CallCounts {
     return this.#counts;
   }
 
+  /** Forwards `request` through the current faults; counted as `acquire`. */
   acquire(request: AcquireRequest): Promise<AcquireResult> {
     return this.#call('acquire', () => this.#inner.acquire(request));
   }

@@ -1,14 +1,27 @@
+/** One write a {@link FencedStore} saw, accepted or not. */
 export interface FencedWrite<T> {
+  /** The resource written. */
   readonly resource: string;
+  /** The fencing token the write carried. */
   readonly token: bigint;
+  /** The value written (for a rejected write, the value that was refused). */
   readonly value: T;
   /** Order in which the store saw the write (accepted and rejected share one sequence). */
   readonly seq: number;
 }
 
+/** What {@link FencedStore.write} answers. */
 export type FencedWriteResult =
-  | { readonly accepted: true }
-  | { readonly accepted: false; readonly highWaterMark: bigint };
+  | {
+      /** The token was at least the mark: the value is stored and the mark is now the token. */
+      readonly accepted: true;
+    }
+  | {
+      /** The token was below the mark: nothing changed. */
+      readonly accepted: false;
+      /** The mark that refused the token; greater than it. */
+      readonly highWaterMark: bigint;
+    };
 
 /**
  * A resource that enforces fencing the way a real database gate does: a write is accepted only if its token is at
@@ -16,12 +29,21 @@ export type FencedWriteResult =
  * to the token. Every accepted and rejected write is recorded for assertions.
  */
 export class FencedStore<T = unknown> {
+  /** Every accepted write, in order. */
   readonly accepted: FencedWrite<T>[] = [];
-  readonly rejected: (FencedWrite<T> & { readonly highWaterMark: bigint })[] = [];
+  /** Every refused write, in order, with the mark that refused it. */
+  readonly rejected: (FencedWrite<T> & {
+    /** The mark at the time, greater than the write's token. */
+    readonly highWaterMark: bigint;
+  })[] = [];
   readonly #marks = new Map<string, bigint>();
   readonly #values = new Map<string, T>();
   #seq = 0;
 
+  /**
+   * Stores `value` when `token` is at least the resource's mark (or the resource has none) and raises the mark to
+   * `token`; otherwise changes nothing. Records the write either way and never throws.
+   */
   write(resource: string, token: bigint, value: T): FencedWriteResult {
     const seq = this.#seq++;
     const mark = this.#marks.get(resource);
@@ -35,10 +57,12 @@ export class FencedStore<T = unknown> {
     return { accepted: true };
   }
 
+  /** The last accepted value of `resource`, or `undefined` if none was accepted. */
   read(resource: string): T | undefined {
     return this.#values.get(resource);
   }
 
+  /** The highest token accepted for `resource`, or `undefined` if none was. */
   highWaterMark(resource: string): bigint | undefined {
     return this.#marks.get(resource);
   }

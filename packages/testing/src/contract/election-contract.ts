@@ -3,6 +3,7 @@ import { type Leader, LockClient, LockReleasedError, type LockService } from '@d
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { ContractSubject } from './lock-service-contract.js';
 
+/** Tunes {@link electionContract} to what a service offers. */
 export interface ElectionContractOptions {
   /** The election's lease in ms. Default 2,000 (etcd's leases are whole seconds, at least 2). */
   readonly ttlMs?: number;

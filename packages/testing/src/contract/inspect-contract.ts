@@ -3,6 +3,7 @@ import { LockClient, type LockInfo, type LockService, PermitsMismatchError } fro
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { ContractSubject } from './lock-service-contract.js';
 
+/** Tunes {@link inspectContract} to what a service reports. */
 export interface InspectContractOptions {
   /** The leases' TTL in ms. Default 2,000 (etcd's leases are whole seconds, at least 2). */
   readonly ttlMs?: number;

@@ -9,7 +9,9 @@ import {
 } from '@dlock/core';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
+/** What each test of a contract suite runs against; `makeSubject` builds a fresh one per test. */
 export interface ContractSubject {
+  /** The service under test. */
   readonly service: LockService;
   /** Runs after each test, e.g. to close connections. */
   readonly close?: () => Promise<void> | void;
@@ -17,11 +19,15 @@ export interface ContractSubject {
 
 /** A fault the adapter's own tests can cause and undo (a server restart, a dropped connection…). */
 export interface ContractFault {
+  /** Names the fault in the test's title. */
   readonly name: string;
+  /** Causes the fault; runs after a lock was taken and released. */
   inject(subject: ContractSubject): Promise<void>;
+  /** Undoes it; the suite then retries acquiring for a while, since the service may still be coming back. */
   recover(subject: ContractSubject): Promise<void>;
 }
 
+/** Tunes {@link lockServiceContract} to a service's timing and features. */
 export interface LockServiceContractOptions {
   /** TTL used by the suite, in ms. Default 500. A service may grant more (then the suite waits for that). */
   readonly ttlMs?: number;

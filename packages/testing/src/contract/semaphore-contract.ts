@@ -12,6 +12,7 @@ import {
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { ContractSubject } from './lock-service-contract.js';
 
+/** Tunes {@link semaphoreContract} to a service's leases and clock. */
 export interface SemaphoreContractOptions {
   /** The permits' lease in ms. Default 2,000 (etcd's leases are whole seconds, at least 2). */
   readonly ttlMs?: number;
