@@ -17,11 +17,18 @@ export const METRICS = {
   renewalFailures: 'dlock.renewal.failures',
 } as const;
 
+/**
+ * The span names this package records. Each span is recorded when its call ends, timed from the event, and is a
+ * child of the context active in the caller.
+ */
 export const SPANS = {
+  /** One per acquire call that ended (granted or not), from the call to its end; status ERROR on `error`. */
   acquire: 'dlock.acquire',
+  /** One per `release()`, for the time the release took; status ERROR when the service could not be told. */
   release: 'dlock.release',
 } as const;
 
+/** The attribute names on this package's metrics and spans; each entry says where it appears. */
 export const ATTRIBUTES = {
   /** `lock` or `permit` (an election's leadership is a lock). */
   kind: 'dlock.kind',

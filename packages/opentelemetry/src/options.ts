@@ -2,6 +2,7 @@ import { InvalidArgumentError, systemClock } from '@dlock/core';
 import { rejectUnknownKeys } from '@dlock/core/adapter';
 import { type MeterProvider, metrics, type TracerProvider, trace } from '@opentelemetry/api';
 
+/** Options of {@link instrument}; every one is optional. */
 export interface InstrumentOptions {
   /** Where the metrics go. Default: the global provider (`metrics.getMeterProvider()`). */
   readonly meterProvider?: MeterProvider;
@@ -18,7 +19,10 @@ export interface InstrumentOptions {
    * The wall clock for span timestamps (`now()`, epoch ms): the same clock the client was given, so a span's length
    * is exactly the event's `waitedMs` or `releaseMs`. Default: the system clock.
    */
-  readonly clock?: { now(): number };
+  readonly clock?: {
+    /** The wall-clock time, ms since the epoch. */
+    now(): number;
+  };
 }
 
 export interface ResolvedOptions {
