@@ -4,14 +4,12 @@ export type { MessageListener } from './clients/connection.js';
 export {
   DEFAULT_KEY_PREFIX,
   encodeLockName,
-  hashTagOf,
   type LockKeys,
   lockKeys,
   type SemaphoreKeys,
   semaphoreKeys,
   semaphoreSlotKey,
-  validateKeyPrefix,
 } from './keys.js';
 export * from './redlock/index.js';
 export { RedisLockService, type RedisLockServiceOptions } from './single/redis-lock-service.js';
-export { newOwnershipToken, OWNERSHIP_TOKEN_BYTES } from './tokens.js';
+export { newOwnershipToken } from './tokens.js';

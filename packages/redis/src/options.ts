@@ -5,12 +5,14 @@ import type { RedisConnection, RedisSubscription } from './clients/connection.js
 import { connectionOf, subscriptionOf } from './clients/detect.js';
 import { DEFAULT_KEY_PREFIX, DEFAULT_REDLOCK_PREFIX, validateKeyPrefix } from './keys.js';
 
-/**
- * The options of both services, checked at construction before any I/O: both take Redis clients of the supported
- * families (see `clients/detect.ts`), a key prefix, a bound on each request, a fence retention and a clock, under the names every
- * dlock adapter uses, and must reject the same bad values with the same messages.
- */
+// The options of both services, checked at construction before any I/O: both take Redis clients of the supported
+// families (see `clients/detect.ts`), a key prefix, a bound on each request, a fence retention and a clock, under the
+// names every dlock adapter uses, and must reject the same bad values with the same messages.
 
+/**
+ * Options of {@link RedisLockService}, checked when it is constructed: a bad value or an unknown key throws
+ * `InvalidArgumentError` before any I/O.
+ */
 export interface RedisLockServiceOptions {
   /**
    * A connected client: node-redis 5 or 6 (`createClient`, or `createCluster` for a Redis Cluster) or ioredis 5 or 6
@@ -43,6 +45,10 @@ export interface RedisLockServiceOptions {
   readonly clock?: Clock;
 }
 
+/**
+ * Options of {@link RedlockService}, checked when it is constructed: a bad value or an unknown key throws
+ * `InvalidArgumentError` before any I/O.
+ */
 export interface RedlockServiceOptions {
   /**
    * Connected clients, one per independent Redis node (not replicas of each other, not one cluster): node-redis 5

@@ -11,6 +11,8 @@ let offset = pool.length;
  * A fresh ownership token: 20 bytes from `crypto`, base64url (27 characters, no `:` or spaces, so it can sit in
  * space-separated script messages). Bytes are drawn from the CSPRNG 256 tokens at a time: one syscall per 256
  * acquires instead of one each.
+ *
+ * @internal Exported from the package root only for the built-package test (`test/dist.test.ts`); not API.
  */
 export function newOwnershipToken(): string {
   if (offset === pool.length) {

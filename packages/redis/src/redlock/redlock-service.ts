@@ -55,6 +55,15 @@ export class RedlockService implements LockService, AsyncDisposable {
     });
   }
 
+  /**
+   * One attempt, never a wait: claims the lock on every node and, once a majority granted it, mints a fencing token
+   * one above the highest counter among them and has a majority confirm it. Without a majority the claims are undone
+   * and it answers `acquired: false`, with a `holderExpiresInMs` hint when no node took the claim; `LockClient` does
+   * the waiting.
+   *
+   * @throws {TransportError} fewer than a majority answered, a majority did not confirm the token, or the claim
+   *   took the whole TTL.
+   */
   async acquire(request: AcquireRequest): Promise<AcquireResult> {
     this.#assertOpen();
     validateName(request.name, 'request.name');
@@ -122,6 +131,7 @@ export class RedlockService implements LockService, AsyncDisposable {
     this.#watch.close();
   }
 
+  /** Calls {@link close}, for `await using`. */
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close();
   }

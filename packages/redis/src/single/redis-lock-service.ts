@@ -364,6 +364,7 @@ export class RedisLockService implements LockService, AsyncDisposable {
     await this.#watch.close();
   }
 
+  /** Calls {@link close}, for `await using`. */
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close();
   }
