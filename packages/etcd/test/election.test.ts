@@ -87,9 +87,16 @@ for (const session of [false, true]) {
     it('a lock taken without metadata reports none', async () => {
       const name = lockName('plain');
       const s = service({ session });
-      const lock = await lockClient(s).acquire(name, { ttlMs: 2_000 });
+      const client = lockClient(s);
+      const lock = await client.acquire(name, { ttlMs: 2_000 });
       const info = await s.inspect(name);
-      expect(info).toEqual({ held: true, fencingToken: lock.fencingToken, waiters: 0 });
+      // No metadata; the key's value is the owner id instead, which inspect reports.
+      expect(info).toEqual({
+        held: true,
+        fencingToken: lock.fencingToken,
+        waiters: 0,
+        ownerId: client.ownerId,
+      });
       await lock.release();
     });
 
