@@ -14,6 +14,7 @@ export interface ZooKeeperStatLike {
    * stats lack them never has a parent deleted by the root sweep.
    */
   readonly numChildren?: number;
+  /** Bytes of data the node holds; see `numChildren`. */
   readonly dataLength?: number;
   /** The zxid of the last change to the node's children. */
   readonly pzxid?: Buffer;
@@ -21,43 +22,66 @@ export interface ZooKeeperStatLike {
 
 /** The client's state objects (`State.SYNC_CONNECTED` …); only `code` is read. */
 export interface ZooKeeperStateLike {
+  /** The state's name, e.g. `SYNC_CONNECTED`. */
   readonly name: string;
+  /** The state's code, e.g. 3 for `SYNC_CONNECTED`, -122 for `EXPIRED`. */
   readonly code: number;
 }
 
 /** One result of a `multi` transaction; `err` is a ZooKeeper error code, 0 for success. */
 export interface ZooKeeperOpResultLike {
+  /** The operation's type code (create, delete, check…). */
   readonly type: number;
+  /** The ZooKeeper error code of this operation; 0 or absent for success. */
   readonly err?: number;
   /** The created path, for a create that succeeded. */
   readonly path?: string;
 }
 
+/** A one-shot watch: called once when the watched node or its children change. The event is not read. */
 export type ZooKeeperWatcher = (event: unknown) => void;
+/** A request's callback: an error (with a numeric `code`, the ZooKeeper error) or the request's result. */
 export type ZooKeeperCallback<T> = (error: Error | null | undefined, value: T) => void;
 
+/** A `multi` transaction being built: each call adds an operation, `commit` sends them all as one. */
 export interface ZooKeeperTransactionLike {
+  /** Adds a check that `path` exists (at `version`, when given); the whole transaction fails otherwise. */
   check(path: string, version?: number): ZooKeeperTransactionLike;
   /**
    * Needed only by semaphores (`acquirePermit`), so a client without them is still accepted for locks; that call
    * then rejects with an `UnsupportedError`. node-zookeeper-client's own transaction has both.
    */
   create?(path: string, data: Buffer, mode: number): ZooKeeperTransactionLike;
+  /** Adds a delete of `path` (at `version`, when given). Needed only by semaphores, as `create` is. */
   remove?(path: string, version?: number): ZooKeeperTransactionLike;
+  /** Sends the operations as one atomic `multi`; `results` holds one entry per operation, in order. */
   commit(
     callback: (error: Error | null | undefined, results?: readonly ZooKeeperOpResultLike[]) => void,
   ): void;
 }
 
+/**
+ * A node-zookeeper-client `Client`, or anything with the same members. The service checks for every method except
+ * the optional ones when it is constructed.
+ */
 export interface ZooKeeperClientLike {
+  /** Starts connecting; called only on a client the service made (`connectionString`). */
   connect(): void;
+  /** Closes the client and its session; called only on a client the service made. */
   close(): void;
+  /** The connection state now. */
   getState(): ZooKeeperStateLike;
+  /** The current session's id, 8 bytes. */
   getSessionId(): Buffer;
+  /** The session timeout the server granted, in ms. */
   getSessionTimeout(): number;
+  /** Creates a node with `mode` (a `CreateMode` flag); the callback gets the created path. */
   create(path: string, data: Buffer, mode: number, callback: ZooKeeperCallback<string>): void;
+  /** Deletes a node at `version` (-1: any version). */
   remove(path: string, version: number, callback: (error: Error | null | undefined) => void): void;
+  /** Reads a node's stat; `null` when the node does not exist. */
   exists(path: string, callback: ZooKeeperCallback<ZooKeeperStatLike | null>): void;
+  /** Reads a node's stat and leaves `watcher` on the node (called when it is created, changed or deleted). */
   exists(
     path: string,
     watcher: ZooKeeperWatcher,
@@ -78,10 +102,15 @@ export interface ZooKeeperClientLike {
    * then rejects with an `UnsupportedError`.
    */
   setData?(path: string, data: Buffer, version: number, callback: ZooKeeperCallback<unknown>): void;
+  /** Lists the names of a node's children. */
   getChildren(path: string, callback: ZooKeeperCallback<string[]>): void;
+  /** Lists the names of a node's children and leaves `watcher` on the list (called when a child comes or goes). */
   getChildren(path: string, watcher: ZooKeeperWatcher, callback: ZooKeeperCallback<string[]>): void;
+  /** Starts a `multi` transaction. */
   transaction(): ZooKeeperTransactionLike;
+  /** Listens for connection state changes; the service tells a session's end from them. */
   on(event: 'state', listener: (state: ZooKeeperStateLike) => void): unknown;
+  /** Removes a listener added with `on`; the service removes its own when it closes. */
   removeListener(event: 'state', listener: (state: ZooKeeperStateLike) => void): unknown;
 }
 

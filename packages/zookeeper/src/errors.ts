@@ -41,6 +41,7 @@ export class ZooKeeperSessionError extends TransportError {
   constructor(
     /** The session id, 16 hex digits. */
     readonly sessionId: string,
+    /** Why it ended, in words: expired on the server, an authentication failure, a timeout without an answer… */
     readonly reason: string,
   ) {
     super(`ZooKeeper session 0x${sessionId} ended: ${reason}`);

@@ -1,5 +1,7 @@
 export type {
+  ZooKeeperCallback,
   ZooKeeperClientLike,
+  ZooKeeperOpResultLike,
   ZooKeeperStateLike,
   ZooKeeperStatLike,
   ZooKeeperTransactionLike,

@@ -3,6 +3,7 @@ import { rejectUnknownKeys } from '@dlock/core/adapter';
 import { isClientLike, type ZooKeeperClientLike } from './client-like.js';
 import { validRoot } from './keys.js';
 
+/** The options both forms of {@link ZooKeeperLockServiceOptions} share. */
 export interface ZooKeeperLockServiceBaseOptions {
   /**
    * Where the locks live: a znode path such as `/dlock` (not a string prefix as in the other adapters: ZooKeeper
@@ -30,6 +31,7 @@ export interface ZooKeeperLockServiceBaseOptions {
 
 /** Use a client you created and connected. The service never closes it, and cannot replace its session. */
 export interface ZooKeeperClientOptions extends ZooKeeperLockServiceBaseOptions {
+  /** A node-zookeeper-client `Client` (1.1.x), created and connected by you. */
   readonly client: ZooKeeperClientLike;
 }
 
@@ -41,6 +43,10 @@ export interface ZooKeeperConnectionOptions extends ZooKeeperLockServiceBaseOpti
   readonly sessionTimeoutMs?: number;
 }
 
+/**
+ * Options of {@link ZooKeeperLockService}: a `client` or a `connectionString`, not both. Checked when the service is
+ * constructed: a bad value or an unknown key throws `InvalidArgumentError` before any I/O.
+ */
 export type ZooKeeperLockServiceOptions = ZooKeeperClientOptions | ZooKeeperConnectionOptions;
 
 export interface ResolvedOptions {

@@ -173,6 +173,10 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
     this.#semaphores = new ZooKeeperSemaphoreProtocol({ ...drivers, semaphores: this.#semaphoreUse });
   }
 
+  /**
+   * Joins the lock's queue (an ephemeral sequential node) and waits, in arrival order, up to `request.waitMs` for
+   * every node ahead to go; a claim that gives up deletes its node. The grant's TTL is the session timeout.
+   */
   async acquire(request: AcquireRequest): Promise<AcquireResult> {
     this.#assertOpen();
     // After a pause past the session timeout the session is over, even if no timer has run yet to say so.
@@ -301,7 +305,14 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
   }
 
   /** The id (16 hex digits) and negotiated timeout of the session in use, if one is open. For diagnostics. */
-  get session(): { readonly id: string; readonly timeoutMs: number } | undefined {
+  get session():
+    | {
+        /** The session id, 16 hex digits. */
+        readonly id: string;
+        /** The session timeout the server granted, in ms. */
+        readonly timeoutMs: number;
+      }
+    | undefined {
     const session = this.#sessions.current;
     return session ? { id: session.id, timeoutMs: session.timeoutMs } : undefined;
   }
@@ -316,6 +327,7 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
     return this.#closed;
   }
 
+  /** Calls {@link close}, for `await using`. */
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close();
   }
