@@ -2,6 +2,7 @@ import { type Clock, InvalidArgumentError, MAX_PERMITS, MAX_TIMER_MS } from '@dl
 import { rejectUnknownKeys } from '@dlock/core/adapter';
 import type { EtcdClientLike } from './client-like.js';
 
+/** Session mode's settings, for the `session` option of {@link EtcdLockServiceOptions}. */
 export interface EtcdSessionOptions {
   /**
    * TTL of the shared session lease in ms (rounded up to whole seconds). Default: each acquire's own `ttlMs`.
@@ -11,6 +12,10 @@ export interface EtcdSessionOptions {
   readonly ttlMs?: number;
 }
 
+/**
+ * Options of {@link EtcdLockService}, checked when it is constructed: a bad value or an unknown key throws
+ * `InvalidArgumentError` before any I/O.
+ */
 export interface EtcdLockServiceOptions {
   /** An `etcd3` client (`new Etcd3({ hosts })`), owned by the caller: the service never closes it. */
   readonly client: EtcdClientLike;
