@@ -81,6 +81,8 @@ export function postgresStatements(tablePrefix: string, schema: string | undefin
   const orderIndex = quote(`${tablePrefix}waiters_order`);
   const orderIndexQualified = qualify(`${tablePrefix}waiters_order`);
   const permitFunction = qualify(`${tablePrefix}permit`);
+  const lockFunction = qualify(`${tablePrefix}lock`);
+  const releaseFunction = qualify(`${tablePrefix}release`);
 
   // The waiter's place: the live rows of the queue before its own (all of them while it has none, so a caller that
   // does not queue never overtakes one that does).
@@ -186,6 +188,116 @@ ON CONFLICT (kind, name, slot) DO UPDATE SET token = f.token WHERE false;
 ${permitQuery}
 $dlock$`;
 
+  // Lock acquire, enqueue and re-check alike ($1 name, $2 claim id = the grant's ownership token, $3 TTL ms,
+  // $4 metadata, $5 the waiter row's lease in ms (0: do not queue), $6 the caller's notify channel, $7 the
+  // statement's bound in ms: past it, nothing is granted, queued or marked; $8 the owner id, stored for inspect),
+  // the body of the lock function.
+  // Free = no live lease and no live waiter ahead: then the token row is bumped (token = counter + 1, written in
+  // this statement with the grant) and the lease row inserted, or an expired one taken over; the takeover's
+  // WHERE is evaluated on the latest row version, so of two racing grants one wins and the other, refused, has
+  // only spent a token. Otherwise the claim's waiter row is written (or its expiry refreshed, keeping its place).
+  // A first-in-line waiter behind a live holder writes itself into the lease row (next_waiter): a release that
+  // deletes that row waits for this statement and reads its newest version, so the wake-up cannot slip between
+  // the two; had the release come first, the update finds no row and the caller looks again at once (`again`).
+  const lockQuery = `WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
+  live AS (
+    SELECT l.expires_at, l.next_waiter FROM ${L} l, now
+     WHERE l.kind = 'l' AND l.name = $1 AND l.slot = 0 AND l.expires_at > now.t),
+  queue AS (
+    SELECT w.id, w.seq FROM ${W} w, now WHERE w.kind = 'l' AND w.name = $1 AND w.expires_at > now.t),
+  ${ahead},
+  free AS (SELECT 1 AS ok WHERE NOT EXISTS (SELECT 1 FROM live) AND (SELECT n FROM ahead) = 0),
+  minted AS (
+    INSERT INTO ${T} AS f (kind, name, slot, token) SELECT 'l', $1, 0, 1 FROM free
+    ON CONFLICT (kind, name, slot) DO UPDATE SET token = f.token + 1
+    RETURNING f.token),
+  granted AS (
+    INSERT INTO ${L} AS l (kind, name, slot, owner, owner_id, token, expires_at, metadata)
+    SELECT 'l', $1, 0, $2, $8::text, minted.token, now.t + ${ms('$3')}, $4::text FROM minted, now
+     WHERE ${inTime('$7')}
+    ON CONFLICT (kind, name, slot) DO UPDATE
+       SET owner = excluded.owner, owner_id = excluded.owner_id, token = excluded.token, expires_at = excluded.expires_at,
+           metadata = excluded.metadata, permits = NULL, next_waiter = NULL, next_channel = NULL
+     WHERE l.expires_at <= clock_timestamp() AND ${inTime('$7')}
+    RETURNING l.token),
+  ${dequeued('l')},
+  queued AS (
+    INSERT INTO ${W} AS w (kind, name, id, channel, expires_at)
+    SELECT 'l', $1, $2, $6::text, now.t + ${ms('$5')} FROM now
+     WHERE $5::float8 > 0 AND NOT EXISTS (SELECT 1 FROM granted) AND ${inTime('$7')}
+    ON CONFLICT (kind, name, id) DO UPDATE SET expires_at = excluded.expires_at, channel = excluded.channel
+    RETURNING w.seq),
+  unmarked AS (
+    SELECT 1 AS due FROM live
+     WHERE $5::float8 > 0 AND (SELECT n FROM ahead) = 0 AND live.next_waiter IS DISTINCT FROM $2),
+  marked AS (
+    UPDATE ${L} l SET next_waiter = $2, next_channel = $6::text FROM now
+     WHERE l.kind = 'l' AND l.name = $1 AND l.slot = 0 AND l.expires_at > now.t
+       AND EXISTS (SELECT 1 FROM unmarked) AND ${inTime('$7')}
+    RETURNING 1),
+  ${tellObservers('$1', 'EXISTS (SELECT 1 FROM granted)')}
+SELECT (SELECT g.token::text FROM granted g) AS token,
+       (SELECT ceil(extract(epoch FROM live.expires_at - now.t) * 1000)::text FROM live, now) AS holder_ms,
+       ((EXISTS (SELECT 1 FROM free) AND NOT EXISTS (SELECT 1 FROM granted))
+         OR (EXISTS (SELECT 1 FROM unmarked) AND NOT EXISTS (SELECT 1 FROM marked)))::text AS again,
+       (SELECT n FROM ahead)::text AS ahead,
+       (SELECT count(*) FROM queued)::text AS queued,
+       (SELECT count(*) FROM observers)::text AS observers`;
+
+  // Release ($1 kind, $2 name, $3 slot, $4 owner, $5 token), the body of the release function: deletes the row if
+  // the owner and token match (an expired row of ours too, reported as not released), and wakes the first live
+  // waiter of the name with one notice to its service's channel, plus the waiter the row names (see lockQuery) if
+  // that is another one; a lock's observers are told.
+  const releaseQuery = `WITH gone AS (
+    DELETE FROM ${L} l
+     WHERE l.kind = $1::"char" AND l.name = $2 AND l.slot = $3::int AND l.owner = $4 AND l.token = $5::bigint
+    RETURNING l.expires_at > clock_timestamp() AS live, l.next_waiter, l.next_channel),
+  head AS (
+    SELECT w.id, w.channel FROM ${W} w
+     WHERE w.kind = $1::"char" AND w.name = $2 AND w.expires_at > clock_timestamp()
+       AND EXISTS (SELECT 1 FROM gone)
+     ORDER BY w.seq LIMIT 1),
+  told AS (
+    SELECT pg_notify(n.channel, ${wakePayload('n.id', '$1', '$2')}) FROM (
+      SELECT h.id, h.channel FROM head h
+      UNION SELECT g.next_waiter, g.next_channel FROM gone g
+       WHERE g.next_waiter IS NOT NULL
+         -- A semaphore waiter marks every held slot; once granted one, it no longer needs the others' wake-ups.
+         AND NOT EXISTS (SELECT 1 FROM ${L} o WHERE o.kind = $1::"char" AND o.name = $2 AND o.owner = g.next_waiter)) n
+     WHERE n.channel IS NOT NULL),
+  ${tellObservers('$2', `$1 = 'l' AND EXISTS (SELECT 1 FROM gone)`)}
+SELECT coalesce((SELECT live FROM gone), false)::text AS released, (SELECT count(*) FROM told)::text AS told,
+       (SELECT count(*) FROM observers)::text AS observers`;
+
+  // The lock and release statements run inside PL/pgSQL functions, one query each, so each server connection plans
+  // them once and reuses the plan (PL/pgSQL caches its statements' plans per connection; planning the CTE chain
+  // cost more than running it). The query is the same single statement as before: one snapshot, taken when it
+  // starts, for all its CTEs. Nothing is kept between calls but the plan, so a transaction-pooling proxy may still
+  // run each call on another connection. ensureSchema replaces the functions on every run, so a schema made by an
+  // older version gets this version's bodies (their signatures and result columns must not change; a change
+  // needs a new function name).
+  const plpgsql = (fn: string, args: string, result: string, query: string): string =>
+    `CREATE OR REPLACE FUNCTION ${fn}(${args})
+RETURNS TABLE (${result})
+LANGUAGE plpgsql VOLATILE AS $dlock$
+#variable_conflict use_column
+BEGIN
+  RETURN QUERY ${query};
+END
+$dlock$`;
+  const createLockFunction = plpgsql(
+    lockFunction,
+    'text, text, float8, text, float8, text, float8, text',
+    'token text, holder_ms text, again text, ahead text, queued text, observers text',
+    lockQuery,
+  );
+  const createReleaseFunction = plpgsql(
+    releaseFunction,
+    'text, text, integer, text, bigint',
+    'released text, told text, observers text',
+    releaseQuery,
+  );
+
   return {
     tables: { tokens: T, leases: L, waiters: W },
     // Serialised by a transaction-level advisory lock (released at commit), so concurrent runs never race on the
@@ -242,62 +354,12 @@ END $$`,
   END IF;
 END $$`,
       createPermitFunction,
+      createLockFunction,
+      createReleaseFunction,
     ].join(';\n'),
 
-    // Lock acquire, enqueue and re-check alike ($1 name, $2 claim id = the grant's ownership token, $3 TTL ms,
-    // $4 metadata, $5 the waiter row's lease in ms (0: do not queue), $6 the caller's notify channel, $7 the
-    // statement's bound in ms: past it, nothing is granted, queued or marked; $8 the owner id, stored for inspect).
-    // Free = no live lease and no live waiter ahead: then the token row is bumped (token = counter + 1, written in
-    // this statement with the grant) and the lease row inserted, or an expired one taken over; the takeover's
-    // WHERE is evaluated on the latest row version, so of two racing grants one wins and the other, refused, has
-    // only spent a token. Otherwise the claim's waiter row is written (or its expiry refreshed, keeping its place).
-    // A first-in-line waiter behind a live holder writes itself into the lease row (next_waiter): a release that
-    // deletes that row waits for this statement and reads its newest version, so the wake-up cannot slip between
-    // the two; had the release come first, the update finds no row and the caller looks again at once (`again`).
-    acquireLock: `WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
-  live AS (
-    SELECT l.expires_at, l.next_waiter FROM ${L} l, now
-     WHERE l.kind = 'l' AND l.name = $1 AND l.slot = 0 AND l.expires_at > now.t),
-  queue AS (
-    SELECT w.id, w.seq FROM ${W} w, now WHERE w.kind = 'l' AND w.name = $1 AND w.expires_at > now.t),
-  ${ahead},
-  free AS (SELECT 1 AS ok WHERE NOT EXISTS (SELECT 1 FROM live) AND (SELECT n FROM ahead) = 0),
-  minted AS (
-    INSERT INTO ${T} AS f (kind, name, slot, token) SELECT 'l', $1, 0, 1 FROM free
-    ON CONFLICT (kind, name, slot) DO UPDATE SET token = f.token + 1
-    RETURNING f.token),
-  granted AS (
-    INSERT INTO ${L} AS l (kind, name, slot, owner, owner_id, token, expires_at, metadata)
-    SELECT 'l', $1, 0, $2, $8::text, minted.token, now.t + ${ms('$3')}, $4::text FROM minted, now
-     WHERE ${inTime('$7')}
-    ON CONFLICT (kind, name, slot) DO UPDATE
-       SET owner = excluded.owner, owner_id = excluded.owner_id, token = excluded.token, expires_at = excluded.expires_at,
-           metadata = excluded.metadata, permits = NULL, next_waiter = NULL, next_channel = NULL
-     WHERE l.expires_at <= clock_timestamp() AND ${inTime('$7')}
-    RETURNING l.token),
-  ${dequeued('l')},
-  queued AS (
-    INSERT INTO ${W} AS w (kind, name, id, channel, expires_at)
-    SELECT 'l', $1, $2, $6::text, now.t + ${ms('$5')} FROM now
-     WHERE $5::float8 > 0 AND NOT EXISTS (SELECT 1 FROM granted) AND ${inTime('$7')}
-    ON CONFLICT (kind, name, id) DO UPDATE SET expires_at = excluded.expires_at, channel = excluded.channel
-    RETURNING w.seq),
-  unmarked AS (
-    SELECT 1 AS due FROM live
-     WHERE $5::float8 > 0 AND (SELECT n FROM ahead) = 0 AND live.next_waiter IS DISTINCT FROM $2),
-  marked AS (
-    UPDATE ${L} l SET next_waiter = $2, next_channel = $6::text FROM now
-     WHERE l.kind = 'l' AND l.name = $1 AND l.slot = 0 AND l.expires_at > now.t
-       AND EXISTS (SELECT 1 FROM unmarked) AND ${inTime('$7')}
-    RETURNING 1),
-  ${tellObservers('$1', 'EXISTS (SELECT 1 FROM granted)')}
-SELECT (SELECT g.token::text FROM granted g) AS token,
-       (SELECT ceil(extract(epoch FROM live.expires_at - now.t) * 1000)::text FROM live, now) AS holder_ms,
-       ((EXISTS (SELECT 1 FROM free) AND NOT EXISTS (SELECT 1 FROM granted))
-         OR (EXISTS (SELECT 1 FROM unmarked) AND NOT EXISTS (SELECT 1 FROM marked)))::text AS again,
-       (SELECT n FROM ahead)::text AS ahead,
-       (SELECT count(*) FROM queued)::text AS queued,
-       (SELECT count(*) FROM observers)::text AS observers`,
+    // Lock acquire, enqueue and re-check: one call of the lock function (see lockQuery).
+    acquireLock: `SELECT * FROM ${lockFunction}($1, $2, $3, $4, $5, $6, $7, $8)`,
 
     // Semaphore acquire, enqueue and re-check: one call of the function ensureSchema creates (see permitQuery).
     acquirePermit: `SELECT * FROM ${permitFunction}($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
@@ -312,30 +374,8 @@ SELECT (SELECT g.token::text FROM granted g) AS token,
    AND l.token = r.token AND l.expires_at > clock_timestamp()
 RETURNING r.i::text AS i`,
 
-    // Release ($1 kind, $2 name, $3 slot, $4 owner, $5 token): deletes the row if the owner and token match (an
-    // expired row of ours too, reported as not released), and wakes the first live waiter of the name with one
-    // notice to its service's channel, plus the waiter the row names (see acquireLock) if that is another one; a
-    // lock's observers are told.
-    release: `WITH gone AS (
-    DELETE FROM ${L} l
-     WHERE l.kind = $1::"char" AND l.name = $2 AND l.slot = $3::int AND l.owner = $4 AND l.token = $5::bigint
-    RETURNING l.expires_at > clock_timestamp() AS live, l.next_waiter, l.next_channel),
-  head AS (
-    SELECT w.id, w.channel FROM ${W} w
-     WHERE w.kind = $1::"char" AND w.name = $2 AND w.expires_at > clock_timestamp()
-       AND EXISTS (SELECT 1 FROM gone)
-     ORDER BY w.seq LIMIT 1),
-  told AS (
-    SELECT pg_notify(n.channel, ${wakePayload('n.id', '$1', '$2')}) FROM (
-      SELECT h.id, h.channel FROM head h
-      UNION SELECT g.next_waiter, g.next_channel FROM gone g
-       WHERE g.next_waiter IS NOT NULL
-         -- A semaphore waiter marks every held slot; once granted one, it no longer needs the others' wake-ups.
-         AND NOT EXISTS (SELECT 1 FROM ${L} o WHERE o.kind = $1::"char" AND o.name = $2 AND o.owner = g.next_waiter)) n
-     WHERE n.channel IS NOT NULL),
-  ${tellObservers('$2', `$1 = 'l' AND EXISTS (SELECT 1 FROM gone)`)}
-SELECT coalesce((SELECT live FROM gone), false)::text AS released, (SELECT count(*) FROM told)::text AS told,
-       (SELECT count(*) FROM observers)::text AS observers`,
+    // Release of a lock or a permit: one call of the release function (see releaseQuery).
+    release: `SELECT * FROM ${releaseFunction}($1, $2, $3, $4, $5)`,
 
     // Leave ($1 kind, $2 name, $3 claim id): the owner-checked undo of an attempt that gave up or failed. Deletes
     // its waiter row and any grant made to it, and wakes the next waiter when that freed a slot or moved it up.

@@ -179,7 +179,7 @@ describe('undo', () => {
     const slow = {
       // The service sends a config object ({ text, values, query_timeout }).
       query: async (query: pg.QueryConfig) => {
-        if (delayMs > 0 && query.text.startsWith('WITH now')) await sleep(delayMs);
+        if (delayMs > 0 && query.text.includes('dlock_lock"(')) await sleep(delayMs);
         return pool.query(query);
       },
       connect: () => pool.connect(),
