@@ -35,6 +35,7 @@ class CallbackEntry extends Entry {
 
 /** What {@link CallDeadlines.add} returns: pass it to `delete` once the call settled. */
 export interface Deadline {
+  /** When it comes due, on the clock's monotonic time (ms). */
   readonly at: number;
 }
 
@@ -65,6 +66,7 @@ export class CallDeadlines {
     return entry;
   }
 
+  /** Cancels a deadline `add` returned; nothing if it already fired or was deleted. */
   delete(entry: Deadline): void {
     if (entry instanceof Entry) this.remove(entry);
   }
@@ -144,8 +146,11 @@ export class CallDeadlines {
   }
 }
 
+/** How {@link boundedCall} bounds one call: `deadlines`, `clock`, `timeoutMs` and `what` are required. */
 export interface BoundedCallOptions<T, R = T> {
+  /** The shared timer the call's deadline goes on. */
   readonly deadlines: CallDeadlines;
+  /** The clock `timeoutMs` is measured on (its monotonic time). */
   readonly clock: Clock;
   /** The call fails with a `TransportError` when it has not settled after this many ms. */
   readonly timeoutMs: number;

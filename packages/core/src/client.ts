@@ -70,8 +70,12 @@ function isLockService(value: unknown): value is LockService {
  * ```
  */
 export class LockClient {
-  /** Typed stream of acquired / renewed / renew-failed / lost / released events. */
+  /** Typed stream of this client's events ({@link LockEventMap}): for logs, metrics and dashboards. */
   readonly events = new LockEvents();
+  /**
+   * This client's identity (`options.ownerId`, default `host:pid:random`): sent with every acquire, and what
+   * `inspect` reports as the holder's `ownerId`. Informational; a grant's ownership is proven by its own token.
+   */
   readonly ownerId: string;
   readonly #service: LockService;
   readonly #options: ResolvedClientOptions;
@@ -389,6 +393,7 @@ export class LockClient {
     return this.#closed;
   }
 
+  /** `await using client = new LockClient(…)`: {@link close} at scope exit. */
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close();
   }

@@ -5,6 +5,7 @@
  */
 const BRAND = Symbol.for('dlock.error');
 
+/** The `code` of each dlock error class: stable across versions, unlike messages. */
 export type DLockErrorCode =
   | 'INVALID_ARGUMENT'
   | 'ACQUIRE_TIMEOUT'
@@ -15,8 +16,14 @@ export type DLockErrorCode =
   | 'UNSUPPORTED'
   | 'PERMITS_MISMATCH';
 
+/**
+ * The base of every error core throws; `name` is the subclass's name. Test with `instanceof` for this copy of the
+ * package, or with {@link isDLockError} for any copy.
+ */
 export abstract class DLockError extends Error {
+  /** What went wrong, fixed per subclass. */
   abstract readonly code: DLockErrorCode;
+  /** The brand {@link isDLockError} looks for (`Symbol.for('dlock.error')`, shared by every copy of the package). */
   readonly [BRAND] = true;
 
   constructor(message: string, options?: { cause?: unknown }) {
@@ -26,12 +33,16 @@ export abstract class DLockError extends Error {
 }
 
 /** True for any dlock error, including those thrown by another installed copy of a dlock package. */
-export function isDLockError(value: unknown): value is Error & { readonly code: string } {
+export function isDLockError(value: unknown): value is Error & {
+  /** The error's code: a {@link DLockErrorCode}, or an adapter's or fencing package's own. */
+  readonly code: string;
+} {
   return typeof value === 'object' && value !== null && (value as { [BRAND]?: unknown })[BRAND] === true;
 }
 
 /** A public call received a value of the wrong type or range. Thrown before any network call. */
 export class InvalidArgumentError extends DLockError {
+  /** Always `INVALID_ARGUMENT`. */
   readonly code = 'INVALID_ARGUMENT';
   constructor(
     /** Dotted path of the offending field, e.g. `options.ttlMs`. */
@@ -67,11 +78,16 @@ const TIMEOUT_EXPLANATIONS: Record<AcquireTimeoutReason, string> = {
 
 /** The wait budget ran out without a lock; `reason` says why. */
 export class AcquireTimeoutError extends DLockError {
+  /** Always `ACQUIRE_TIMEOUT`. */
   readonly code = 'ACQUIRE_TIMEOUT';
   constructor(
+    /** The lock's name, or the semaphore's. */
     readonly lockName: string,
+    /** How long the call waited before giving up, in ms. */
     readonly waitedMs: number,
+    /** How many acquire requests went to the service (a backend that queues usually needs one). */
     readonly attempts: number,
+    /** Why the budget ran out without a lock. */
     readonly reason: AcquireTimeoutReason = 'held-by-another-owner',
   ) {
     super(
@@ -97,10 +113,17 @@ export type LostReason =
  * `release()` and `withLock` when the lock did not last until the end of the work.
  */
 export class LockLostError extends DLockError {
+  /** Always `LOCK_LOST`. */
   readonly code = 'LOCK_LOST';
   constructor(
+    /**
+     * The lock's name. For a permit, its resource (`<semaphore>#<slot>`), or the semaphore's name when `release()`
+     * found the permit already gone.
+     */
     readonly lockName: string,
+    /** The lost grant's fencing token: a resource that has seen a higher one refuses writes carrying it. */
     readonly fencingToken: bigint,
+    /** How the loss was noticed. */
     readonly reason: LostReason,
     options?: { cause?: unknown },
   ) {
@@ -110,9 +133,12 @@ export class LockLostError extends DLockError {
 
 /** The handle was released by its owner. Used as `handle.signal.reason` after `release()`. */
 export class LockReleasedError extends DLockError {
+  /** Always `LOCK_RELEASED`. */
   readonly code = 'LOCK_RELEASED';
   constructor(
+    /** The lock's name; for a permit, its resource (`<semaphore>#<slot>`). */
     readonly lockName: string,
+    /** The released grant's fencing token. */
     readonly fencingToken: bigint,
   ) {
     super(`lock "${lockName}" (fencing token ${fencingToken}) was released`);
@@ -121,6 +147,7 @@ export class LockReleasedError extends DLockError {
 
 /** The service could not be reached, failed, or did not answer within `operationTimeoutMs`. */
 export class TransportError extends DLockError {
+  /** Always `TRANSPORT`. */
   readonly code = 'TRANSPORT';
   constructor(message: string, options?: { cause?: unknown }) {
     super(message, options);
@@ -129,6 +156,7 @@ export class TransportError extends DLockError {
 
 /** The client was closed; it accepts no further calls. */
 export class ClientClosedError extends DLockError {
+  /** Always `CLIENT_CLOSED`. */
   readonly code = 'CLIENT_CLOSED';
   constructor(options?: { cause?: unknown }) {
     super('the lock client is closed', options);
@@ -137,6 +165,7 @@ export class ClientClosedError extends DLockError {
 
 /** The service behind the client cannot do what was asked (an election on a service without `inspect`). */
 export class UnsupportedError extends DLockError {
+  /** Always `UNSUPPORTED`. */
   readonly code = 'UNSUPPORTED';
 }
 
@@ -146,8 +175,10 @@ export class UnsupportedError extends DLockError {
  * while it is idle, or use a new name.
  */
 export class PermitsMismatchError extends DLockError {
+  /** Always `PERMITS_MISMATCH`. */
   readonly code = 'PERMITS_MISMATCH';
   constructor(
+    /** The semaphore's name. */
     readonly semaphoreName: string,
     /** The limit this call asked for. */
     readonly requested: number,

@@ -3,12 +3,15 @@ import type { AcquireTimeoutReason, LostReason } from './errors.js';
 /** What a handle holds: a lock (elections' leaderships included, which are locks), or a semaphore's permit. */
 export type LockKind = 'lock' | 'permit';
 
-interface EventBase {
+/** The fields every event about a handle starts with. */
+export interface LockEventBase {
   /** The lock's name; for a permit, the semaphore's name. */
   readonly name: string;
+  /** The handle's fencing token. */
   readonly fencingToken: bigint;
   /** Client monotonic time of the event, in ms. */
   readonly at: number;
+  /** A lock's handle or a semaphore's permit. */
   readonly kind: LockKind;
   /** A permit's slot; absent for a lock. */
   readonly slot?: number;
@@ -19,27 +22,53 @@ export type AcquireFailure = 'timeout' | 'aborted' | 'closed' | 'error';
 
 /** The events a {@link LockClient} emits, for logs, metrics and dashboards. */
 export interface LockEventMap {
-  acquired: EventBase & {
+  /** An acquire returned a handle (a new grant, or a reentrant acquire sharing one already held). */
+  acquired: LockEventBase & {
+    /** The TTL the service granted, in ms. */
     readonly ttlMs: number;
+    /** End of the usable window on the client's monotonic clock, in ms (as `LockHandle.expiresAt`). */
     readonly expiresAt: number;
+    /** From the acquire call to the handle, in ms. */
     readonly waitedMs: number;
+    /** Acquire requests sent to the service for this call. */
     readonly attempts: number;
     /** True when a reentrant acquire returned the already-held handle. */
     readonly reentered: boolean;
   };
-  renewed: EventBase & { readonly expiresAt: number; readonly latencyMs: number };
-  'renew-failed': EventBase & { readonly failures: number; readonly error: unknown };
+  /** A renewal extended the lease. */
+  renewed: LockEventBase & {
+    /** The new end of the usable window on the client's monotonic clock, in ms. */
+    readonly expiresAt: number;
+    /** The renewal's round trip, in ms. */
+    readonly latencyMs: number;
+  };
+  /**
+   * A renewal failed with a transport error while the window was still open; it is retried within the window (and
+   * the handle lost once `renewFailBudget` failures in a row are reached, when set). A refusal is a `lost` event.
+   */
+  'renew-failed': LockEventBase & {
+    /** Failed renewals in a row, this one included. */
+    readonly failures: number;
+    /** What the renewal failed with (a `TransportError`). */
+    readonly error: unknown;
+  };
   /**
    * An acquire (or tryAcquire, or a permit's) that ends without a handle: once per call, as it settles. `waitedMs`
    * runs from the call to now, so `at − waitedMs` is when it began. A tryAcquire that finds the lock busy is a
    * `timeout` (its budget ran out) with no `error`.
    */
   'acquire-failed': {
+    /** The lock's name, or the semaphore's. */
     readonly name: string;
+    /** Client monotonic time the call settled, in ms. */
     readonly at: number;
+    /** A lock or a semaphore's permit. */
     readonly kind: LockKind;
+    /** From the call to now, in ms. */
     readonly waitedMs: number;
+    /** Acquire requests sent to the service. */
     readonly attempts: number;
+    /** How the call ended. */
     readonly outcome: AcquireFailure;
     /** Why the budget ran out, for a `timeout`. */
     readonly reason?: AcquireTimeoutReason;
@@ -47,7 +76,14 @@ export interface LockEventMap {
     readonly error?: unknown;
   };
   /** `heldMs` runs from the grant to when the client noticed the loss. */
-  lost: EventBase & { readonly reason: LostReason; readonly heldMs: number; readonly error?: unknown };
+  lost: LockEventBase & {
+    /** How the loss was noticed. */
+    readonly reason: LostReason;
+    /** From the grant to the loss being noticed, in ms. */
+    readonly heldMs: number;
+    /** The last renewal's transport error, for `unreachable`. */
+    readonly error?: unknown;
+  };
   /**
    * A release, emitted once the service answered (or the call failed): `heldMs` runs from the grant to the
    * `release()` call (the hold), `releaseMs` is the service call, so `at − releaseMs` is when the release began.
@@ -55,33 +91,43 @@ export interface LockEventMap {
    * taken from it, and `release()` rejects with a `LockLostError` unless `close()` released it); `failed` when the
    * service could not be told (`error` says why; the lease runs out by its TTL).
    */
-  released: EventBase & {
+  released: LockEventBase & {
+    /** From the grant to the `release()` call, in ms. */
     readonly heldMs: number;
+    /** The release call to the service, in ms. */
     readonly releaseMs: number;
+    /** What the service answered. */
     readonly result: 'deleted' | 'not-found' | 'failed';
+    /** Why the service could not be told, for `failed`. */
     readonly error?: unknown;
   };
   /** A user callback (onLost, onRelease, an event listener) threw; the library caught it. */
   'callback-error': {
+    /** The lock (or semaphore) the callback was for. */
     readonly name: string;
+    /** Client monotonic time, in ms. */
     readonly at: number;
+    /** Which callback threw, e.g. `onLost callback` or `lost listener`. */
     readonly source: string;
+    /** What it threw. */
     readonly error: unknown;
   };
 }
 
+/** The name of an event: a key of {@link LockEventMap}. */
 export type LockEventType = keyof LockEventMap;
 
 /** @internal The fields every handle event starts with. */
 export function handleEventBase(
   handle: { readonly name: string; readonly fencingToken: bigint; readonly slot: number | undefined },
   at: number,
-): EventBase {
+): LockEventBase {
   const { name, fencingToken, slot } = handle;
   return slot === undefined
     ? { name, fencingToken, at, kind: 'lock' }
     : { name, fencingToken, at, kind: 'permit', slot };
 }
+/** A listener for the event `K`; what it throws is caught and reported as a `callback-error` event. */
 export type LockEventListener<K extends LockEventType> = (event: LockEventMap[K]) => void;
 
 /** A small typed event stream. Listener exceptions never reach the code that emitted the event. */
@@ -99,6 +145,7 @@ export class LockEvents {
     return () => this.off(type, listener);
   }
 
+  /** Unsubscribes `listener` from `type`; nothing if it was not subscribed. */
   off<K extends LockEventType>(type: K, listener: LockEventListener<K>): void {
     this.#listeners.get(type)?.delete(listener as (event: never) => void);
   }

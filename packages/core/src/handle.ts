@@ -2,6 +2,7 @@ import type { Clock } from './clock.js';
 import { LockLostError, LockReleasedError, type LostReason } from './errors.js';
 import type { Lease } from './service.js';
 
+/** A handle's lifecycle: `held` until released or lost; `lost` and `released` are final. */
 export type HandleState = 'held' | 'lost' | 'released';
 
 /**
@@ -13,6 +14,7 @@ export type HandleState = 'held' | 'lost' | 'released';
  * reject stale tokens (see `@dlock/fencing-pg`, `@dlock/fencing-kysely`).
  */
 export interface LockHandle extends AsyncDisposable {
+  /** The lock's name (for a permit, the semaphore's). */
   readonly name: string;
   /** Strictly increasing per lock name across grants; attach it to every protected write. */
   readonly fencingToken: bigint;

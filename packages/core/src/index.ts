@@ -1,3 +1,11 @@
+/**
+ * The lock client for applications: {@link LockClient} with its handles, elections and semaphores, the errors it
+ * throws, the events it emits, and the {@link LockService} interface a backend implements. Tools for writing a
+ * backend are in `@dlock/core/adapter`.
+ *
+ * @module @dlock/core
+ */
+
 /** @deprecated Import `CallDeadlines` from `@dlock/core/adapter`, with the other tools for backends; this root export goes in 1.0. */
 export { CallDeadlines } from './bounded-call.js';
 export { LockClient } from './client.js';
@@ -28,6 +36,7 @@ export {
 } from './errors.js';
 export type {
   AcquireFailure,
+  LockEventBase,
   LockEventListener,
   LockEventMap,
   LockEvents,
@@ -61,4 +70,5 @@ export {
   type RenewRequest,
   type RenewResult,
 } from './service.js';
-export { driftMs, fullJitterBackoff, renewIntervalMs, validUntil } from './timing.js';
+/** @internal The renewal cadence; kept here because `@dlock/etcd`'s tests import it from the root. */
+export { renewIntervalMs } from './timing.js';

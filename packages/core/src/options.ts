@@ -4,11 +4,21 @@ import type { LockHandle } from './handle.js';
 import { rejectUnknownKeys } from './option-keys.js';
 import { MAX_METADATA_BYTES } from './service.js';
 
-/** Node timers overflow past this many milliseconds and fire at once. */
+/**
+ * The largest `ttlMs` and `waitMs` (and `operationTimeoutMs`) accepted, in ms: 2^31 − 1, about 24.8 days. Node timers
+ * overflow past it and fire at once.
+ */
 export const MAX_TIMER_MS = 2 ** 31 - 1;
+/** The smallest `ttlMs` accepted, in ms. */
 export const MIN_TTL_MS = 10;
+/** The longest lock or semaphore name accepted, in UTF-8 bytes. */
 export const MAX_NAME_BYTES = 1024;
 
+/**
+ * The backoff between the attempts of a waiting acquire, for services that answer at once rather than queue (Redlock,
+ * `MemoryLockService`'s locks): a random delay below a ceiling that doubles per attempt. When the service reports
+ * the holder's expiry, the next attempt is timed by it instead; a release notice wakes the waiter early.
+ */
 export interface RetryOptions {
   /** First backoff ceiling in ms; it doubles per failed attempt up to `capMs`. Default 50. */
   readonly baseMs?: number;
@@ -16,7 +26,9 @@ export interface RetryOptions {
   readonly capMs?: number;
 }
 
+/** Options of a {@link LockClient}; every one is optional. Unknown keys are refused with `InvalidArgumentError`. */
 export interface LockClientOptions {
+  /** Where all time comes from. Default `systemClock`; pass a `FakeClock` (`@dlock/testing`) in tests. */
   readonly clock?: Clock;
   /** Identifies this client to the service. Default `host:pid:random`, unique per client. */
   readonly ownerId?: string;
@@ -28,11 +40,13 @@ export interface LockClientOptions {
    * connection reset does not cost a healthy lock. Set it to give up earlier.
    */
   readonly renewFailBudget?: number;
+  /** Backoff between the attempts of a waiting acquire, where the service does not queue. */
   readonly retry?: RetryOptions;
   /** Upper bound, in ms, on any single call to the service; a call that takes longer is a `TransportError`. Default 5000. */
   readonly operationTimeoutMs?: number;
 }
 
+/** Options of one `acquire`, `tryAcquire` or `withLock`. Unknown keys are refused with `InvalidArgumentError`. */
 export interface AcquireOptions {
   /** Lease length in ms, an integer from 10 to 2^31−1. Only `ttl − drift` of it is treated as usable. */
   readonly ttlMs: number;
@@ -130,7 +144,11 @@ function describe(value: unknown): string {
   return typeof value;
 }
 
-/** Lock names: non-empty strings of at most 1024 UTF-8 bytes. Any content is allowed; adapters encode it. */
+/**
+ * Checks a lock or semaphore name as the client does and returns it: a non-empty, well-formed (no lone surrogates)
+ * string of at most {@link MAX_NAME_BYTES} UTF-8 bytes. Any content is allowed; adapters encode it. Throws
+ * `InvalidArgumentError` naming `field` otherwise.
+ */
 export function validateName(name: unknown, field = 'name'): string {
   check(typeof name === 'string', field, () => `must be a string, got ${describe(name)}`);
   check(name.length > 0, field, 'must not be empty');

@@ -35,8 +35,11 @@ export interface Grant {
  * `slot` of the semaphore `name`, which lives apart from any lock of the same name.
  */
 export interface Lease {
+  /** The lock's name; for a permit, the semaphore's. */
   readonly name: string;
+  /** The `ownerId` of the client that acquired it. */
   readonly ownerId: string;
+  /** The grant's `ownershipToken`: the service renews and releases only the grant that carries it. */
   readonly ownershipToken: string;
   /** For a permit: strictly increasing per slot (`name#slot`) across successive holders. */
   readonly fencingToken: bigint;
@@ -44,10 +47,13 @@ export interface Lease {
   readonly slot?: number;
 }
 
+/** One attempt to take a lock, as core hands it to {@link LockService.acquire}; every field is already validated. */
 export interface AcquireRequest {
+  /** The lock's name, or a permit's semaphore (at most {@link MAX_NAME_BYTES} UTF-8 bytes; the service encodes it). */
   readonly name: string;
   /** Identifies the client (`host:pid:random`); informational, ownership is proven by the ownership token. */
   readonly ownerId: string;
+  /** The lease to grant, in ms (an integer from {@link MIN_TTL_MS} to 2^31−1); the service may round it up. */
   readonly ttlMs: number;
   /**
    * How long the caller is still willing to wait, in ms. A service that queues waiters on the server (etcd,
@@ -123,28 +129,53 @@ export interface PermitsInfo {
   readonly waiters?: number;
 }
 
+/** The answer to an acquire: a grant, or a refusal when someone else holds the lock (or every permit). */
 export type AcquireResult =
-  | { readonly acquired: true; readonly grant: Grant }
   | {
+      /** Granted. */
+      readonly acquired: true;
+      /** What the service granted. */
+      readonly grant: Grant;
+    }
+  | {
+      /** Not granted: the lock (or every permit) stayed taken for as long as the service waited. */
       readonly acquired: false;
       /** When the current holder's lease runs out, if the service knows: waiters can sleep until then. */
       readonly holderExpiresInMs?: number;
     };
 
+/** One lease to extend. */
 export interface RenewRequest {
+  /** The grant to extend, checked by its `ownershipToken` on the service. */
   readonly lease: Lease;
+  /** The lease's TTL in ms, counted again from when the service renews it. */
   readonly ttlMs: number;
 }
 
+/** The answer to a renewal: extended, or refused because the grant no longer owns the lock. */
 export type RenewResult =
   | {
+      /** Extended. */
       readonly renewed: true;
       /** The TTL actually granted, when it differs from the one requested. */
       readonly ttlMs?: number;
     }
-  | { readonly renewed: false };
+  | {
+      /** Refused: the lease is gone or belongs to another grant. Core makes the handle lost (`rejected`). */
+      readonly renewed: false;
+    };
 
+/**
+ * What a backend implements for {@link LockClient}: the service's atomic operations, renew and release checked on
+ * the server against the grant's ownership token. Methods throw on transport failures and answer a refusal with a
+ * negative result; core bounds every call by `operationTimeoutMs` and does the waiting, renewing and loss detection.
+ */
 export interface LockService {
+  /**
+   * Takes the lock `request.name` for `request.ttlMs` if it is free, with a fencing token higher than any granted
+   * for that name before. A service that queues may wait up to `request.waitMs` and must leave its queue when
+   * `request.signal` aborts; one that cannot answers at once, with `holderExpiresInMs` when it knows.
+   */
   acquire(request: AcquireRequest): Promise<AcquireResult>;
   /** Extends the lease if, and only if, `lease.ownershipToken` still owns it (compared on the server). */
   renew(request: RenewRequest): Promise<RenewResult>;
@@ -197,7 +228,7 @@ export interface LockService {
    * Waiters queue on the service in arrival order (by the service's order, never by client clocks) for up to
    * `waitMs`, and a release wakes the first waiter only; `waitMs: 0` takes a slot only if one is free and nobody
    * queues, and never queues. Leaving (deadline, abort) removes the attempt's queue entry, as for locks; core's
-   * `acquireInQueue` gives all of this for a {@link QueueDriver}.
+   * `acquireInQueue` gives all of this for a `QueueDriver` (both in `@dlock/core/adapter`).
    *
    * Renew, `renewMany` and `release` take the permit's lease (`slot` set). Throws `PermitsMismatchError` when holders
    * or waiters of the semaphore were admitted with another `permits`.

@@ -10,6 +10,7 @@ export class WakeSignal {
   #pending = false;
   #wakeSleeper: (() => void) | undefined;
 
+  /** Wakes the waiter now, or its next `wait` at once if it is not asleep. */
   notify(): void {
     if (this.#wakeSleeper) this.#wakeSleeper();
     else this.#pending = true;
@@ -93,7 +94,12 @@ export function unlessAborted<T>(promise: Promise<T>, signal: AbortSignal): Prom
 export function linkSignals(
   a: AbortSignal | undefined,
   b: AbortSignal,
-): { readonly signal: AbortSignal; dispose(): void } {
+): {
+  /** Aborts with the reason of whichever input aborts first. */
+  readonly signal: AbortSignal;
+  /** Detaches the listeners from both inputs; call it when the call the signal was for has ended. */
+  dispose(): void;
+} {
   if (!a) return { signal: b, dispose: () => {} };
   // One caller signal often guards many concurrent acquires (a shutdown signal), and `b` is usually a service's or
   // client's close signal that every call in flight links to: each adds a listener for its duration and removes it

@@ -7,10 +7,10 @@ import {
   type LockService,
   MemoryLockService,
   TransportError,
-  validUntil,
 } from '@dlock/core';
 import { FakeClock } from '@dlock/testing';
 import { describe, expect, it } from 'vitest';
+import { validUntil } from '../src/timing.js';
 import { harness, outcome } from './harness.js';
 
 const TTL = 3_000;

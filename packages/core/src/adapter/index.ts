@@ -1,7 +1,16 @@
 /**
- * Tools for writing a backend (`@dlock/core/adapter`), kept out of the root entry point that applications import.
+ * Tools for writing a backend (`@dlock/core/adapter`), kept out of the root entry point that applications import:
+ * the queue algorithm and its driver interface, call bounds, wake-ups, background clean-ups, option-key checks and
+ * the lease arithmetic core uses.
+ *
+ * @module adapter
  */
-export { boundedCall, CallDeadlines } from '../bounded-call.js';
+export {
+  type BoundedCallOptions,
+  boundedCall,
+  CallDeadlines,
+  type Deadline,
+} from '../bounded-call.js';
 export { closestKey, rejectUnknownKeys } from '../option-keys.js';
 export {
   acquireInQueue,
@@ -10,4 +19,5 @@ export {
   type QueueTools,
   type Standing,
 } from '../queue/index.js';
+export { driftMs, fullJitterBackoff, renewIntervalMs, validUntil } from '../timing.js';
 export { linkSignals, unlessAborted, WakeSignal } from '../wake-signal.js';

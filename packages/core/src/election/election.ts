@@ -6,11 +6,13 @@ import { type Leader, type LeaderFeed, leaderOf } from './leader-feed.js';
 import { Leadership } from './leadership.js';
 import { resolveCampaignOptions, resolveObserveOptions, resolveRunOptions } from './options.js';
 
+/** Options of `client.election(name, options)`. */
 export interface ElectionOptions {
   /** The leader's lease in ms, renewed while it leads (an integer from 10 to 2^31−1). */
   readonly ttlMs: number;
 }
 
+/** Options of {@link Election.campaign}; all optional. */
 export interface CampaignOptions {
   /** What this candidate proclaims once it leads (at most 1,024 UTF-8 bytes). Default: the client's `ownerId`. */
   readonly value?: string;
@@ -25,12 +27,15 @@ export interface CampaignOptions {
   readonly onLost?: (leadership: Leadership, reason: LostReason) => void;
 }
 
+/** Options of {@link Election.observe}. */
 export interface ObserveOptions {
   /** Ends the iteration (it returns) when aborted. */
   readonly signal?: AbortSignal;
 }
 
+/** Options of {@link Election.runWhileLeader}. */
 export interface RunWhileLeaderOptions {
+  /** What this candidate proclaims each time it leads (at most 1,024 UTF-8 bytes). Default: the client's `ownerId`. */
   readonly value?: string;
   /** When aborted: resigns if leading and rejects with the signal's reason. */
   readonly signal?: AbortSignal;
@@ -43,11 +48,14 @@ export interface RunWhileLeaderOptions {
  * epoch is the lock's fencing token, which only rises when leadership changes hands.
  */
 export class Election {
+  /** The election's name, which is also the name of the lock its leader holds. */
   readonly name: string;
+  /** The leader's lease in ms. */
   readonly ttlMs: number;
   readonly #host: ElectionHost;
   readonly #feed: () => LeaderFeed;
 
+  /** @internal Made by `LockClient.election`. */
   constructor(name: string, options: ElectionOptions, host: ElectionHost, feed: () => LeaderFeed) {
     this.name = name;
     this.ttlMs = options.ttlMs;

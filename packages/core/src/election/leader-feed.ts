@@ -3,7 +3,9 @@ import type { ElectionHost } from './election-host.js';
 
 /** The leader of an election as the service reports it. */
 export interface Leader {
+  /** What the leader proclaimed (its campaign's `value`, or the last `proclaim`). */
   readonly value: string;
+  /** The leadership's fencing token: strictly increasing across successive leaders. */
   readonly epoch: bigint;
 }
 

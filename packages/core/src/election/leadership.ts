@@ -3,6 +3,7 @@ import type { Handle } from '../handle.js';
 import { validateMetadata } from '../options.js';
 import type { ElectionHost } from './election-host.js';
 
+/** A leadership's lifecycle: `leading` until resigned or lost; `lost` and `resigned` are final. */
 export type LeadershipState = 'leading' | 'lost' | 'resigned';
 
 /**
@@ -12,11 +13,13 @@ export type LeadershipState = 'leading' | 'lost' | 'resigned';
  * stale epochs (`@dlock/fencing-pg`, `@dlock/fencing-kysely`).
  */
 export class Leadership implements AsyncDisposable {
+  /** The election's name. */
   readonly name: string;
   readonly #handle: Handle;
   readonly #host: ElectionHost;
   #value: string;
 
+  /** @internal Made by `Election.campaign`. */
   constructor(handle: Handle, value: string, host: ElectionHost) {
     this.name = handle.name;
     this.#handle = handle;
@@ -84,6 +87,10 @@ export class Leadership implements AsyncDisposable {
     return this.#handle.release();
   }
 
+  /**
+   * Resigns at scope exit (`await using`). Throws the `LockLostError` when leadership was lost before the scope
+   * ended; a resignation the service did not hear of is only reported as a `callback-error` event.
+   */
   async [Symbol.asyncDispose](): Promise<void> {
     await this.#handle[Symbol.asyncDispose]();
   }

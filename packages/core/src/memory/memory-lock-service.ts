@@ -25,6 +25,7 @@ interface Entry {
   metadata: string | undefined;
 }
 
+/** Options of a {@link MemoryLockService}. Unknown keys are refused with `InvalidArgumentError`. */
 export interface MemoryLockServiceOptions {
   /** Time source for lease expiry. Share a `FakeClock` with the clients to drive expiry in tests. */
   readonly clock?: Clock;

@@ -6,7 +6,9 @@ import type { QueueDriver, Standing } from './queue-driver.js';
 /** Fresh starts per call (a claim lost while queued); more means something keeps interfering. */
 const MAX_RESTARTS = 5;
 
+/** What {@link acquireInQueue} needs besides the driver. */
 export interface QueueTools {
+  /** The service's clock: deadlines and `startedAt` are on its monotonic time. */
   readonly clock: Clock;
   /** Where a claim that could not be removed at once is retried. */
   readonly cleanups: BackgroundRetries;

@@ -6,11 +6,26 @@ import type { AcquireRequest, Grant } from '../service.js';
  */
 export type Standing<W> =
   /** First in line: the lock is this claim's, with this grant. */
-  | { readonly kind: 'first'; readonly grant: Grant }
-  /** Someone is ahead. `holderExpiresInMs`, when known, is passed on to a caller that does not wait. */
-  | { readonly kind: 'behind'; readonly wait: W; readonly holderExpiresInMs?: number }
+  | {
+      /** The lock is this claim's. */
+      readonly kind: 'first';
+      /** The grant the claim holds. */
+      readonly grant: Grant;
+    }
+  /** Someone is ahead. */
+  | {
+      /** The claim waits its turn. */
+      readonly kind: 'behind';
+      /** What to wait on, passed to `QueueDriver.wait`. */
+      readonly wait: W;
+      /** When the holder's lease runs out, in ms, if known: passed on to a caller that does not wait. */
+      readonly holderExpiresInMs?: number;
+    }
   /** The claim has left the queue without us (its lease or session ended while it waited): start again. */
-  | { readonly kind: 'gone' };
+  | {
+      /** The claim is no longer in the queue. */
+      readonly kind: 'gone';
+    };
 
 /**
  * The atomic operations of a queueing lock protocol, and nothing else: core's {@link acquireInQueue} runs the

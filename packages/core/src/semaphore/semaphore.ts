@@ -5,6 +5,7 @@ import type { PermitsInfo } from '../service.js';
 import type { ResolvedSemaphoreOptions } from './options.js';
 import { resolvePermitOptions } from './options.js';
 
+/** Options of `client.semaphore(name, options)`; both required. */
 export interface SemaphoreOptions {
   /** How many holders at once: an integer from 1 to 10,000. Stored by the service with every holder and waiter. */
   readonly permits: number;
@@ -12,6 +13,7 @@ export interface SemaphoreOptions {
   readonly ttlMs: number;
 }
 
+/** Options of {@link Semaphore.acquire}, `tryAcquire` (without `waitMs`) and `withPermit`; all optional. */
 export interface PermitOptions {
   /** How long to wait for a free permit, in ms (default 0: one attempt, never queues). */
   readonly waitMs?: number;
@@ -71,11 +73,15 @@ export interface SemaphoreHost {
  * ```
  */
 export class Semaphore {
+  /** The semaphore's name; it lives apart from any lock of the same name. */
   readonly name: string;
+  /** How many holders at once. */
   readonly permits: number;
+  /** Each permit's lease, in ms. */
   readonly ttlMs: number;
   readonly #host: SemaphoreHost;
 
+  /** @internal Made by `LockClient.semaphore`. */
   constructor(name: string, options: ResolvedSemaphoreOptions, host: SemaphoreHost) {
     this.name = name;
     this.permits = options.permits;
