@@ -35,7 +35,7 @@ describe('ensureSchema', () => {
       {
         table_name: 'dlock_leases',
         columns:
-          'kind "char", name text, slot integer, permits integer, owner text, token bigint, ' +
+          'kind "char", name text, slot integer, permits integer, owner text, owner_id text, token bigint, ' +
           'expires_at timestamp with time zone, metadata text, next_waiter text, next_channel text',
       },
       { table_name: 'dlock_tokens', columns: 'kind "char", name text, slot integer, token bigint' },
