@@ -784,7 +784,7 @@ export class LockClient {
     // The service found nothing of this grant to delete although its window was open: the lock had already been
     // taken from it (deleted by hand, a failover, a server clock jump). The release happened; a clean end did not.
     if (deleted === false && !handle.releasedByClose) {
-      throw new LockLostError(handle.name, handle.fencingToken, 'rejected');
+      throw new LockLostError(handle.resource, handle.fencingToken, 'rejected');
     }
   }
 

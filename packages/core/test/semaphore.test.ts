@@ -184,3 +184,15 @@ describe('MemoryLockService semaphores', () => {
     expect(await other.tryAcquire()).not.toBeNull();
   });
 });
+
+describe('a permit gone from the service at release', () => {
+  it('rejects with LockLostError named by its resource, as a permit lost while held is', async () => {
+    const { client, memory } = harness();
+    const permit = await client.semaphore('gone', { permits: 2, ttlMs: TTL }).acquire();
+    // Someone else's hand (an operator, a failover) removed the lease: the service's own release says so.
+    await memory.release({ ...(permit as unknown as { lease: Parameters<typeof memory.release>[0] }).lease });
+    const error = await permit.release().catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(LockLostError);
+    expect((error as LockLostError).lockName).toBe(`gone#${permit.slot}`);
+  });
+});
