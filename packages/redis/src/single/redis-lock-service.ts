@@ -21,15 +21,10 @@ import { acquireInQueue, BackgroundRetries, linkSignals, type QueueTools } from 
 import { RedisServiceClosedError } from '../errors.js';
 import { changeChannel, lockKeys, semaphoreWakeChannel, wakeChannel } from '../keys.js';
 import { type RedisLockServiceOptions, resolveRedisOptions } from '../options.js';
+import { keyList, type QueueKind, type QueueTarget, RedisAcquire } from './claims.js';
 import { Deadlines } from './deadlines.js';
-import {
-  keyList,
-  lockQueue,
-  type QueueKind,
-  type QueueTarget,
-  RedisAcquire,
-  RedisProtocol,
-} from './redis-protocol.js';
+import { lockQueue } from './lock-queue.js';
+import { RedisProtocol } from './redis-protocol.js';
 import { RedisReleaseWatch } from './redis-release-watch.js';
 import { lockScripts } from './scripts.js';
 import { SemaphoreProtocol } from './semaphore-protocol.js';

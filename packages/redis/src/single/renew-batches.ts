@@ -1,6 +1,11 @@
+import { type RenewRequest, type RenewResult, TransportError } from '@dlock/core';
 import type { RedisConnection } from '../clients/connection.js';
 import { keySlot } from '../clients/key-slot.js';
-import { LuaScript } from '../lua-script.js';
+import { unexpectedReply } from '../errors.js';
+import { leaseKey } from '../keys.js';
+import { LuaScript, type SendCommand } from '../lua-script.js';
+import { claimOf } from './claims.js';
+import type { CallState, Deadlines } from './deadlines.js';
 
 /**
  * Renewal batches on a Redis Cluster. A script's declared keys must share one slot, but a thousand locks spread over
@@ -65,4 +70,83 @@ export function clusterRenewArgs(items: readonly RenewItem[]): { keys: string[];
   for (const { claim } of items) args.push(claim);
   for (const { ttlMs } of items) args.push(String(Math.ceil(ttlMs)));
   return { keys: [(items[0] as RenewItem).key], args };
+}
+
+/** A renewal in a batch, with its place in the caller's list. */
+interface IndexedItem extends RenewItem {
+  readonly index: number;
+}
+
+export interface ClusterRenewalParts {
+  readonly client: RedisConnection;
+  readonly send: SendCommand;
+  readonly deadlines: Deadlines;
+  readonly requestTimeoutMs: number;
+  readonly keyPrefix: string;
+}
+
+/** The renew step on a cluster: one script call per master; keys that moved meanwhile are renewed one by one. */
+export class ClusterRenewals {
+  readonly #parts: ClusterRenewalParts;
+
+  constructor(parts: ClusterRenewalParts) {
+    this.#parts = parts;
+  }
+
+  async renew(requests: readonly RenewRequest[], signal?: () => AbortSignal): Promise<RenewResult[]> {
+    const { client, keyPrefix } = this.#parts;
+    const items = requests.map(({ lease, ttlMs }, index) => ({
+      key: leaseKey(keyPrefix, lease),
+      claim: claimOf(lease),
+      ttlMs,
+      index,
+    }));
+    const results: RenewResult[] = [];
+    const renewGroup = async (group: readonly IndexedItem[], retry: boolean): Promise<void> => {
+      const codes = await this.#renewGroup(group, signal);
+      const moved: IndexedItem[] = [];
+      codes.forEach((code, i) => {
+        const item = group[i] as IndexedItem;
+        if (code === -1 && !retry) moved.push(item);
+        // Routed by its own key and still not on that node: nothing is known about it, so it is not "not held".
+        else if (code === -1)
+          throw new TransportError(`renew: ${item.key} is not served where its slot points`);
+        else results[item.index] = { renewed: code === 1 };
+      });
+      await Promise.all(moved.map((item) => renewGroup([item], true)));
+    };
+    // Each master answers for its own locks: one that is slow or cut off must not fail the renewals the others
+    // made (its locks get no result, which core counts as a transport error for those locks alone).
+    const outcomes = await Promise.allSettled(
+      groupByMaster(client, items).map((group) => renewGroup(group, false)),
+    );
+    const failed = outcomes.find((o): o is PromiseRejectedResult => o.status === 'rejected');
+    if (failed && outcomes.every((o) => o.status === 'rejected')) throw failed.reason;
+    return results;
+  }
+
+  async #renewGroup(items: readonly RenewItem[], signal?: () => AbortSignal): Promise<number[]> {
+    const { send, deadlines, requestTimeoutMs } = this.#parts;
+    const { keys, args } = clusterRenewArgs(items);
+    const state: CallState = { abandoned: false };
+    // Core waits for the whole batch, bounded by its own operationTimeoutMs (usually requestTimeoutMs or more): a
+    // master that does not answer must fail its own group early enough that the others' answers still reach core,
+    // and inside the leases' windows. So: three quarters of the request bound, and a third of the shortest lease.
+    let shortest = Number.POSITIVE_INFINITY;
+    for (const { ttlMs } of items) if (ttlMs < shortest) shortest = ttlMs;
+    const reply = await deadlines.bound(
+      CLUSTER_RENEW.run(send, keys, args, state),
+      Math.max(1, Math.floor(Math.min(requestTimeoutMs * 0.75, shortest / 3))),
+      `renew (${items.length})`,
+      signal === undefined ? { state } : { state, signal },
+    );
+    if (
+      !Array.isArray(reply) ||
+      reply.length !== items.length ||
+      !reply.every((c) => c === 1 || c === 0 || c === -1)
+    ) {
+      throw unexpectedReply('renew', reply);
+    }
+    return reply as number[];
+  }
 }

@@ -2,8 +2,9 @@ import { type Lease, type PermitHolder, type PermitsInfo, PermitsMismatchError }
 import { unexpectedReply } from '../errors.js';
 import { semaphoreKeys, semaphoreSlotKey } from '../keys.js';
 import type { SendCommand } from '../lua-script.js';
+import type { Claim, QueueKind, QueueTarget, ScriptReply } from './claims.js';
 import type { CallState, Deadlines } from './deadlines.js';
-import { type Claim, DECIMAL, type QueueKind, type QueueTarget, type ScriptReply } from './redis-protocol.js';
+import { DECIMAL } from './script-replies.js';
 import type { SemaphoreScripts } from './semaphore-scripts.js';
 
 /**
