@@ -6,12 +6,15 @@
 
 /** What a query resolves to. The service casts every column it reads to text, so no type parser matters. */
 export interface PgQueryResultLike {
+  /** The rows the statement returned. */
   readonly rows: readonly unknown[];
 }
 
 /** A notification as `pg` emits it on a connection that ran `LISTEN`. */
 export interface PgNotificationLike {
+  /** The channel the notice was sent on. */
   readonly channel: string;
+  /** The text sent with it, if any. */
   readonly payload?: string | undefined;
 }
 
@@ -20,12 +23,19 @@ export interface PgNotificationLike {
  * both fit. The service calls `release` when it has it (a pool's client goes back, destroyed on error), else `end`.
  */
 export interface PgListenClientLike {
+  /** Runs one statement on this connection (the service's `LISTEN` and its checks). */
   query(text: string, values?: unknown[]): Promise<PgQueryResultLike>;
+  /** Each notice for a channel this connection listens on. */
   on(event: 'notification', listener: (message: PgNotificationLike) => void): unknown;
+  /** The connection failed; the service then opens another. */
   on(event: 'error', listener: (error: Error) => void): unknown;
+  /** The connection closed; the service then opens another. */
   on(event: 'end', listener: () => void): unknown;
+  /** Removes a listener added with `on`, when the service lets the connection go. */
   removeListener?(event: string, listener: (...args: unknown[]) => void): unknown;
+  /** Gives a pool's client back; the service always passes an error, so the pool destroys the connection. */
   release?(error?: Error | boolean): void;
+  /** Closes a connection that did not come from a pool. */
   end?(): Promise<void> | void;
 }
 
@@ -34,9 +44,13 @@ export interface PgListenClientLike {
  * pg's `query_timeout` (the pool destroys a connection whose statement ran past it).
  */
 export interface PgQueryConfigLike {
+  /** The prepared statement's name; absent when statements are not prepared. */
   readonly name?: string;
+  /** The statement's SQL. */
   readonly text: string;
+  /** The values bound to `$1`, `$2`… */
   readonly values: unknown[];
+  /** pg's bound on the statement, in ms, after which the pool destroys the connection. */
   readonly query_timeout: number;
 }
 
@@ -45,15 +59,21 @@ export interface PgQueryConfigLike {
  * Statements arrive as a config object ({@link PgQueryConfigLike}), DDL as a string.
  */
 export interface PgPoolLike {
+  /** Runs SQL text; the service sends its DDL (`ensureSchema`) this way. */
   query(text: string, values?: unknown[]): Promise<PgQueryResultLike>;
+  /** Runs one statement as a query config; every lock statement is sent this way. */
   query(config: PgQueryConfigLike): Promise<PgQueryResultLike>;
+  /** Checks a client out; the service keeps one for `LISTEN`. */
   connect(): Promise<PgListenClientLike>;
 }
 
 /** A `PGlite` instance: one embedded database, one connection, with its own `listen`. */
 export interface PGliteLike {
+  /** Runs one statement with `$1`, `$2`… bound to `params`. */
   query(text: string, params?: unknown[]): Promise<PgQueryResultLike>;
+  /** Runs SQL text of several statements; the service sends its DDL this way. */
   exec(text: string): Promise<unknown>;
+  /** Listens on `channel`; resolves to the function that stops listening. */
   listen(channel: string, callback: (payload: string) => void): Promise<() => Promise<void>>;
 }
 

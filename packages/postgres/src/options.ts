@@ -3,6 +3,10 @@ import { rejectUnknownKeys } from '@dlock/core/adapter';
 import { isPGlite, type PGliteLike, type PgListenClientLike, type PgPoolLike } from './client-like.js';
 import { assertSchemaName, assertTablePrefix } from './sql.js';
 
+/**
+ * Options of {@link PostgresLockService}, checked when it is constructed: a bad value or an unknown key throws
+ * `InvalidArgumentError` before any I/O.
+ */
 export interface PostgresLockServiceOptions {
   /**
    * A `pg.Pool` (owned by the caller: the service never ends it), or a `PGlite` instance for an embedded database.

@@ -129,7 +129,12 @@ export class PostgresLockService implements LockService {
    * clean up after it themselves), up to `limit` of each per call. For a maintenance job; never needed for
    * correctness. Token rows are never deleted.
    */
-  async sweep(limit = SWEEP_LIMIT): Promise<{ readonly leases: number; readonly waiters: number }> {
+  async sweep(limit = SWEEP_LIMIT): Promise<{
+    /** Lease rows deleted. */
+    readonly leases: number;
+    /** Waiter rows deleted. */
+    readonly waiters: number;
+  }> {
     this.#assertOpen();
     validatePermits(limit, 'limit');
     const [row] = await this.#db.query('sweep', this.#sql.sweep, [limit]);

@@ -11,20 +11,41 @@ import { InvalidArgumentError } from '@dlock/core';
  */
 export interface PostgresStatements {
   /** The tables, where they are, and the DDL that creates them (idempotent, serialised by an xact lock). */
-  readonly tables: { readonly tokens: string; readonly leases: string; readonly waiters: string };
+  readonly tables: {
+    /** The quoted, qualified name of the fencing-counter table, whose rows are never deleted. */
+    readonly tokens: string;
+    /** The name of the grant table: holder, token, metadata and expiry of each lock or permit. */
+    readonly leases: string;
+    /** The name of the table of queued claims and of services observing a name. */
+    readonly waiters: string;
+  };
+  /** The DDL `ensureSchema` runs: tables, index and functions; safe to run again and concurrently. */
   readonly createSchema: string;
+  /** Takes a lock if free and nobody is ahead, else queues or re-checks the claim. */
   readonly acquireLock: string;
+  /** Takes a semaphore permit if a slot is free and nobody is ahead, else queues or re-checks the claim. */
   readonly acquirePermit: string;
+  /** Extends a batch of grants whose owner and token still hold them and whose lease has not run out. */
   readonly renew: string;
+  /** Releases a lock or a permit, owner-checked, and wakes the next waiter. */
   readonly release: string;
+  /** Undoes a claim that gave up or failed: its waiter row and any grant made to it. */
   readonly leave: string;
+  /** Reads a lock's live holder and its count of live waiters. */
   readonly inspect: string;
+  /** Replaces a held lock's metadata, owner-checked, keeping its token and expiry. */
   readonly updateMetadata: string;
+  /** Counts a semaphore's free slots, or reads the limit it was stored with when that differs. */
   readonly availablePermits: string;
+  /** Reads a semaphore's live holders and waiters, or the limit it was stored with when that differs. */
   readonly inspectPermits: string;
+  /** Starts or refreshes a service's observation of lock names, for change notices. */
   readonly observe: string;
+  /** Ends a service's observation of one name. */
   readonly unobserve: string;
+  /** Deletes expired lease and waiter rows, a bounded number per call. */
   readonly sweep: string;
+  /** Passes a wake-up that reached a claim no longer waiting on to the first live waiter. */
   readonly wakeHead: string;
 }
 
@@ -72,6 +93,11 @@ const inTime = (param: string): string => `clock_timestamp() < statement_timesta
 const wakePayload = (id: string, kind: string, name: string): string =>
   `${id} || ':' || ${kind}::text || ':' || ${name}::text`;
 
+/**
+ * The statements for tables named `<tablePrefix>tokens`, `<tablePrefix>leases` and `<tablePrefix>waiters`, in
+ * `schema` or, when it is undefined, wherever `search_path` finds them; the same text `service.sql` holds, built
+ * without a database. Both names must already be valid identifiers (the service's options check them).
+ */
 export function postgresStatements(tablePrefix: string, schema: string | undefined): PostgresStatements {
   const qualify = (table: string): string =>
     schema === undefined ? quote(table) : `${quote(schema)}.${quote(table)}`;
