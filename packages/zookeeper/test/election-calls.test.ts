@@ -52,6 +52,8 @@ describe('inspect and updateMetadata (fake clock)', () => {
       held: true,
       fencingToken: held.fencingToken,
       metadata: 'leader-1',
+      // The owner id is in every node's data since inspection landed.
+      ownerId: 'me',
       waiters: 2,
     });
     expect(await service.release(held)).toBe(true);
@@ -62,13 +64,19 @@ describe('inspect and updateMetadata (fake clock)', () => {
       held: true,
       fencingToken: next.fencingToken,
       metadata: 'w1',
+      ownerId: 'me',
       waiters: 1,
     });
     await service.release(next);
     await settle();
     const last = lease('a', await (waiters[1] as Promise<AcquireResult>));
-    // A grant without metadata reports none (its node holds only the owner id).
-    expect(await service.inspect('a')).toEqual({ held: true, fencingToken: last.fencingToken, waiters: 0 });
+    // A grant without metadata reports none; its node holds only the owner id, which inspect reports.
+    expect(await service.inspect('a')).toEqual({
+      held: true,
+      fencingToken: last.fencingToken,
+      ownerId: 'me',
+      waiters: 0,
+    });
     await service.close();
   });
 
