@@ -611,7 +611,8 @@ export class LockClient {
   /** Why the budget ran out: this client's own other handle, grants that arrived too late, or another owner. */
   #refusal(name: string, spentInTransit: boolean): AcquireTimeoutReason {
     for (const handle of this.#held) {
-      if (handle.name === name && handle.isHeld()) return 'held-by-this-client';
+      // A permit of a semaphore of the same name is not this lock: semaphores live apart from locks.
+      if (handle.name === name && handle.slot === undefined && handle.isHeld()) return 'held-by-this-client';
     }
     return spentInTransit ? 'spent-in-transit' : 'held-by-another-owner';
   }
@@ -764,7 +765,8 @@ export class LockClient {
     // Forget first and synchronously: no renewal may be sent for a handle once its release has begun.
     this.#forget(handle);
     if (!handle.markReleased()) return;
-    const startedAt = this.#clock.monotonic();
+    // Only the released event reads it: most clients have no listener, and a release need not read the clock.
+    const startedAt = this.events.listens('released') ? this.#clock.monotonic() : 0;
     const counted = this.#enter();
     let deleted: boolean;
     try {

@@ -196,3 +196,15 @@ describe('a permit gone from the service at release', () => {
     expect((error as LockLostError).lockName).toBe(`gone#${permit.slot}`);
   });
 });
+
+describe('a semaphore and a lock of the same name', () => {
+  it("a lock's timeout says another owner holds it, not this client, while this client holds a permit of that name", async () => {
+    const { client, makeClient, clock } = harness();
+    await client.semaphore('shared', { permits: 1, ttlMs: TTL }).acquire();
+    await makeClient().acquire('shared', { ttlMs: TTL });
+    const waiting = outcome(client.acquire('shared', { ttlMs: TTL, waitMs: 100 }));
+    await clock.advance(200);
+    expect(waiting.error).toBeInstanceOf(AcquireTimeoutError);
+    expect((waiting.error as AcquireTimeoutError).reason).toBe('held-by-another-owner');
+  });
+});
