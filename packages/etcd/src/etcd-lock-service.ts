@@ -17,6 +17,7 @@ import {
   linkSignals,
   type QueueDriver,
   type QueueTools,
+  validatePermits,
 } from '@dlock/core/adapter';
 import { ChangeFeeds } from './change-feeds.js';
 import type { KvClientLike } from './client-like.js';
@@ -28,7 +29,7 @@ import { EtcdSession, seconds } from './etcd-session.js';
 import { SESSION_CLEANUP_MS } from './grants.js';
 import { inspectLock } from './inspect.js';
 import { lockDirectory, prefixRangeEnd } from './keys.js';
-import { type EtcdLockServiceOptions, resolveOptions, validatePermits } from './options.js';
+import { type EtcdLockServiceOptions, resolveOptions } from './options.js';
 import { EtcdRequests } from './requests.js';
 
 /**

@@ -1,4 +1,4 @@
-import { type Clock, InvalidArgumentError, MAX_PERMITS, MAX_TIMER_MS } from '@dlock/core';
+import { type Clock, InvalidArgumentError, MAX_TIMER_MS } from '@dlock/core';
 import { rejectUnknownKeys } from '@dlock/core/adapter';
 import type { EtcdClientLike } from './client-like.js';
 
@@ -113,9 +113,4 @@ export function resolveOptions(options: unknown): ResolvedOptions {
       timeout === undefined ? 3_000 : positiveInt(timeout, 'options.requestTimeoutMs', 600_000),
     ...(clock === undefined ? {} : { clock: clock as unknown as Clock }),
   };
-}
-
-/** A semaphore's limit, checked at the service's edge too (it is also a public class). */
-export function validatePermits(permits: unknown, field: string): void {
-  positiveInt(permits, field, MAX_PERMITS);
 }

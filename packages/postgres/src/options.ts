@@ -1,4 +1,4 @@
-import { type Clock, InvalidArgumentError, MAX_PERMITS } from '@dlock/core';
+import { type Clock, InvalidArgumentError } from '@dlock/core';
 import { rejectUnknownKeys } from '@dlock/core/adapter';
 import { isPGlite, type PGliteLike, type PgListenClientLike, type PgPoolLike } from './client-like.js';
 import { assertSchemaName, assertTablePrefix } from './sql.js';
@@ -66,7 +66,7 @@ const CLOCK_METHODS = ['now', 'monotonic', 'sleep', 'random'] as const;
 const isObject = (value: unknown): value is Record<string, unknown> =>
   typeof value === 'object' && value !== null;
 
-function positiveInt(value: unknown, field: string, max: number): number {
+export function positiveInt(value: unknown, field: string, max: number): number {
   if (typeof value !== 'number' || !Number.isInteger(value) || value < 1 || value > max) {
     throw new InvalidArgumentError(field, `must be an integer from 1 to ${max}, got ${String(value)}`);
   }
@@ -124,9 +124,4 @@ export function resolveOptions(options: unknown): ResolvedOptions {
       timeout === undefined ? 3_000 : positiveInt(timeout, 'options.requestTimeoutMs', 600_000),
     ...(clock === undefined ? {} : { clock: clock as unknown as Clock }),
   };
-}
-
-/** A semaphore's limit, checked at the service's edge too (it is also a public class). */
-export function validatePermits(permits: unknown, field: string): void {
-  positiveInt(permits, field, MAX_PERMITS);
 }

@@ -17,10 +17,11 @@ import {
   linkSignals,
   type QueueDriver,
   type QueueTools,
+  validatePermits,
 } from '@dlock/core/adapter';
 import { Database } from './database.js';
 import { PostgresServiceClosedError } from './errors.js';
-import { type PostgresLockServiceOptions, resolveOptions, validatePermits } from './options.js';
+import { type PostgresLockServiceOptions, positiveInt, resolveOptions } from './options.js';
 import { PostgresProtocol } from './postgres-protocol.js';
 import { PostgresReleaseWatch } from './postgres-release-watch.js';
 import { type PostgresStatements, postgresStatements } from './sql.js';
@@ -136,7 +137,8 @@ export class PostgresLockService implements LockService {
     readonly waiters: number;
   }> {
     this.#assertOpen();
-    validatePermits(limit, 'limit');
+    // A batch size, not a semaphore's limit: rows deleted per statement.
+    positiveInt(limit, 'limit', 1_000_000);
     const [row] = await this.#db.query('sweep', this.#sql.sweep, [limit]);
     return { leases: Number(row?.['leases'] ?? 0), waiters: Number(row?.['waiters'] ?? 0) };
   }

@@ -10,7 +10,13 @@ import type {
   RenewRequest,
   RenewResult,
 } from '@dlock/core';
-import { acquireInQueue, BackgroundRetries, CallDeadlines, type QueueTools } from '@dlock/core/adapter';
+import {
+  acquireInQueue,
+  BackgroundRetries,
+  CallDeadlines,
+  type QueueTools,
+  validatePermits,
+} from '@dlock/core/adapter';
 import { ZooKeeperServiceClosedError } from './errors.js';
 import { ParentUse, Ticker } from './housekeeping.js';
 import { idleSemaphoreStamp, removeIdleSemaphore } from './idle-semaphores.js';
@@ -191,6 +197,7 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
    */
   async acquirePermit(request: PermitRequest): Promise<AcquireResult> {
     this.#assertOpen();
+    validatePermits(request.permits, 'request.permits');
     this.#endIfSilent();
     return this.#track(acquireInQueue(this.#semaphores, request, this.#queue));
   }
@@ -198,6 +205,7 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
   /** Free slots of the semaphore right now: `permits` minus its slot nodes. */
   async availablePermits(name: string, permits: number): Promise<number> {
     this.#assertOpen();
+    validatePermits(permits, 'permits');
     this.#endIfSilent();
     const session = this.#sessions.current ?? (await this.#sessions.live());
     return this.#semaphores.slots.available(session, name, permits);
@@ -209,6 +217,7 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
    */
   async inspectPermits(name: string, permits: number): Promise<PermitsInfo> {
     this.#assertOpen();
+    validatePermits(permits, 'permits');
     this.#endIfSilent();
     const session = this.#sessions.current ?? (await this.#sessions.live());
     return readPermitsInfo(session, this.#root, this.#semaphores.slots, name, permits);

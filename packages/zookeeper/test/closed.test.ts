@@ -36,3 +36,23 @@ describe('after close()', () => {
     expect(zk.calls.slice(sent)).toEqual([]);
   });
 });
+
+describe('a direct caller of the permit calls', () => {
+  it('gets InvalidArgumentError for a bad permits value, before anything is sent', async () => {
+    const clock = new FakeClock();
+    const zk = new FakeZooKeeper(3_000);
+    const service = new ZooKeeperLockService({ client: zk, clock, root: '/locks' });
+    const signal = new AbortController().signal;
+    const sent = zk.calls.length;
+    for (const permits of [0, 1.5, 10_001, Number.NaN]) {
+      const request = { name: 's', ownerId: 'me', ttlMs: 1_000, waitMs: 0, signal, permits };
+      await expect(service.acquirePermit(request)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+      await expect(service.availablePermits('s', permits)).rejects.toMatchObject({
+        code: 'INVALID_ARGUMENT',
+      });
+      await expect(service.inspectPermits('s', permits)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+    }
+    expect(zk.calls.length).toBe(sent);
+    await service.close();
+  });
+});

@@ -19,5 +19,6 @@ export {
   type QueueTools,
   type Standing,
 } from '../queue/index.js';
+export { validatePermits } from '../semaphore/options.js';
 export { driftMs, fullJitterBackoff, renewIntervalMs, validUntil } from '../timing.js';
 export { linkSignals, unlessAborted, WakeSignal } from '../wake-signal.js';

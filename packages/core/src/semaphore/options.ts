@@ -14,16 +14,26 @@ export interface ResolvedSemaphoreOptions {
   readonly ttlMs: number;
 }
 
+/**
+ * A semaphore's limit: an integer from 1 to {@link MAX_PERMITS}. Core checks it before a call reaches a service; a
+ * service checks a direct caller's with this too, so both say the same.
+ *
+ * @throws InvalidArgumentError naming `field`.
+ */
+export function validatePermits(value: unknown, field: string): number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < 1 || value > MAX_PERMITS) {
+    throw new InvalidArgumentError(field, `must be an integer from 1 to ${MAX_PERMITS}`);
+  }
+  return value;
+}
+
 export function resolveSemaphoreOptions(options: unknown): ResolvedSemaphoreOptions {
   if (typeof options !== 'object' || options === null || Array.isArray(options)) {
     throw new InvalidArgumentError('options', 'must be an object with permits and ttlMs');
   }
   const o = options as Readonly<Record<string, unknown>>;
   rejectUnknownKeys(o, 'options', SEMAPHORE_KEYS);
-  const permits = o['permits'];
-  if (typeof permits !== 'number' || !Number.isInteger(permits) || permits < 1 || permits > MAX_PERMITS) {
-    throw new InvalidArgumentError('options.permits', `must be an integer from 1 to ${MAX_PERMITS}`);
-  }
+  const permits = validatePermits(o['permits'], 'options.permits');
   const ttlMs = o['ttlMs'];
   if (typeof ttlMs !== 'number' || !Number.isInteger(ttlMs) || ttlMs < MIN_TTL_MS || ttlMs > MAX_TIMER_MS) {
     throw new InvalidArgumentError(

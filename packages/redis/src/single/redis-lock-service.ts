@@ -8,7 +8,6 @@ import {
   type LockInfo,
   type LockService,
   MAX_METADATA_BYTES,
-  MAX_PERMITS,
   MAX_TIMER_MS,
   type PermitRequest,
   type PermitsInfo,
@@ -17,7 +16,13 @@ import {
   TransportError,
   validateName,
 } from '@dlock/core';
-import { acquireInQueue, BackgroundRetries, linkSignals, type QueueTools } from '@dlock/core/adapter';
+import {
+  acquireInQueue,
+  BackgroundRetries,
+  linkSignals,
+  type QueueTools,
+  validatePermits,
+} from '@dlock/core/adapter';
 import { RedisServiceClosedError } from '../errors.js';
 import { changeChannel, lockKeys, semaphoreWakeChannel, wakeChannel } from '../keys.js';
 import { type RedisLockServiceOptions, resolveRedisOptions } from '../options.js';
@@ -159,7 +164,7 @@ export class RedisLockService implements LockService, AsyncDisposable {
         request.metadata === undefined ? undefined : checkMetadata(request.metadata, 'request.metadata');
       const target = this.#semaphores.target(
         name,
-        checkPermits(request.permits, 'request.permits'),
+        validatePermits(request.permits, 'request.permits'),
         metadata,
       );
       // Nothing stores a permit's metadata (no call reads it back), but it is checked as everywhere else.
@@ -173,7 +178,7 @@ export class RedisLockService implements LockService, AsyncDisposable {
   /** How many of the semaphore's `permits` slots no live lease holds, read from Redis (one script). */
   async availablePermits(name: string, permits: number): Promise<number> {
     this.#assertOpen();
-    return this.#semaphores.available(validateName(name), checkPermits(permits, 'permits'));
+    return this.#semaphores.available(validateName(name), validatePermits(permits, 'permits'));
   }
 
   /**
@@ -182,7 +187,7 @@ export class RedisLockService implements LockService, AsyncDisposable {
    */
   async inspectPermits(name: string, permits: number): Promise<PermitsInfo> {
     this.#assertOpen();
-    return this.#semaphores.inspect(validateName(name), checkPermits(permits, 'permits'));
+    return this.#semaphores.inspect(validateName(name), validatePermits(permits, 'permits'));
   }
 
   /** The name, once the service is open and the request's name and TTL are valid (before any I/O). */
@@ -367,14 +372,6 @@ export class RedisLockService implements LockService, AsyncDisposable {
   #assertOpen(): void {
     if (this.#closing.signal.aborted) throw new RedisServiceClosedError('RedisLockService');
   }
-}
-
-/** Core validates `permits` before it reaches a service; a direct caller's is checked here, before any I/O. */
-function checkPermits(permits: unknown, field: string): number {
-  if (typeof permits !== 'number' || !Number.isInteger(permits) || permits < 1 || permits > MAX_PERMITS) {
-    throw new InvalidArgumentError(field, `must be an integer from 1 to ${MAX_PERMITS}`);
-  }
-  return permits;
 }
 
 /** Core validates metadata before it reaches a service; a direct caller's is checked here, before any I/O. */
