@@ -255,11 +255,14 @@ export class RenewalScheduler {
     // The service confirmed ownership at some instant after sentAt, so the new window counts from sentAt.
     handle.expiresAt = Math.max(handle.expiresAt, validUntil(sentAt, handle.ttlMs, driftFactor));
     handle.renewDueAt = sentAt + jitter(renewIntervalMs(handle.ttlMs), () => clock.random());
-    events.emit('renewed', {
-      ...handleEventBase(handle, now),
-      expiresAt: handle.expiresAt,
-      latencyMs: now - sentAt,
-    });
+    // Every held handle renews every TTL/3: build the event only for a listener (most clients have none).
+    if (events.listens('renewed')) {
+      events.emit('renewed', {
+        ...handleEventBase(handle, now),
+        expiresAt: handle.expiresAt,
+        latencyMs: now - sentAt,
+      });
+    }
     return true;
   }
 }
