@@ -6,14 +6,23 @@
  *     `rounds` rounds (rotating the order) so machine drift hits all alike; returns one result per subject.
  *     → { subject, iterations, opsPerSec, latencyMs: summary, requestsPerOp, cpuUsPerOp, failures, errors, capped }
  *
- *   runContended(subject, { workers, holdMs = 2, durationMs = 5000, ttlMs = 10000, graceMs = 5000 })
+ *   runContended(subject, { workers, holdMs = 2, durationMs = 5000, ttlMs = 10000, graceMs = 5000,
+ *                           steadyFromMs = min(1000, durationMs / 5) })
  *     (B) `workers` loops on one name: acquire (waitMs = rest of the window) → hold → release, for the window.
  *     → { acquisitions, acquisitionsPerSec, handoffs, handoffShare, handoffGapMs: summary, perWorker: {min,max,
- *         spread}, requests, requestsPerAcquisition, cpuSeconds, overlaps, timeouts, errors, unfinished }
+ *         spread}, requests, requestsPerAcquisition, steady: {fromMs, acquisitions, requests, commands},
+ *         cpuSeconds, overlaps, timeouts, errors, unfinished }
  *     A handoff is an acquisition by a DIFFERENT worker than the previous holder; its gap runs from the moment
  *     the previous holder called release() to the moment the next holder's acquire resolved. `overlaps` counts
  *     grants seen before the previous holder released (must be 0); `timeouts`, waits that gave up
  *     before the window ended. Counted: acquisitions made inside the window.
+ *     `requests`/`commands` count the whole run (start burst and the waits cut at the end included), but
+ *     `requestsPerAcquisition`/`commandsPerAcquisition` are steady-state figures: requests sent from `steadyFromMs`
+ *     after the start to the end of the window, over acquisitions made in that same span. At the start every
+ *     worker queues at once, and at the end every worker still waiting gives up (a timeout, a leave): both are
+ *     one-off costs per worker, not per acquisition, and would make the ratio grow with the worker count for a
+ *     reason that is not the lock's. In the steady span, as many waits are pending at its start (their requests
+ *     before it, their acquisitions in it) as at its end (their requests in it, their acquisitions after it).
  *
  *   runHeld(subject, { locks = 1000, ttlMs = 3000, durationMs = 10000, settleMs = 1000, concurrency = 50,
  *                      capMs = 60000 })
@@ -166,6 +175,7 @@ export async function runUncontended(subjects, options = {}) {
 export async function runContended(subject, options) {
   checkSubject(subject);
   const { workers, holdMs = 2, durationMs = 5000, ttlMs = 10_000, graceMs = 5000 } = options;
+  const steadyFromMs = options.steadyFromMs ?? Math.min(1000, durationMs / 5);
   if (!Number.isInteger(workers) || workers < 1) throw new TypeError('runContended: workers must be >= 1');
   const lockName = uniqueName(`b${workers}-${slug(subject.name)}`);
   const controller = new AbortController();
@@ -175,7 +185,6 @@ export async function runContended(subject, options) {
   /** @type {{ worker: number, acquiredAt: number, releasedAt: number }[]} */
   const records = [];
   const perWorker = new Array(workers).fill(0);
-  let all = 0;
   let timeouts = 0;
   let errors = 0;
   let firstError;
@@ -184,6 +193,13 @@ export async function runContended(subject, options) {
   const cpu0 = process.cpuUsage();
   const start = now();
   const end = start + durationMs;
+  // The steady span's counters: read at steadyFromMs and at the end of the window, by timers beside the workers.
+  const steadyRequests = sleep(steadyFromMs)
+    .then(() => counters(subject))
+    .then(async (c1) => {
+      await sleep(end - now());
+      return c1.since();
+    });
 
   const worker = async (w) => {
     while (!signal.aborted && now() < end) {
@@ -206,7 +222,6 @@ export async function runContended(subject, options) {
         continue;
       }
       const acquiredAt = now();
-      all += 1;
       await sleep(holdMs);
       const releasedAt = now();
       try {
@@ -233,6 +248,9 @@ export async function runContended(subject, options) {
   }
   const cpu = cpuSeconds(cpu0);
   const { requests, commands } = await c0.since();
+  const steady = await steadyRequests;
+  const steadyFrom = start + steadyFromMs;
+  const steadyAcquisitions = records.filter((r) => r.acquiredAt >= steadyFrom).length;
 
   records.sort((a, b) => a.acquiredAt - b.acquiredAt);
   const gaps = [];
@@ -257,9 +275,15 @@ export async function runContended(subject, options) {
     handoffGapMs: summarize(gaps),
     perWorker: { min, max, spread: min > 0 ? max / min : Number.POSITIVE_INFINITY },
     requests,
-    requestsPerAcquisition: all ? requests / all : Number.NaN,
+    requestsPerAcquisition: steadyAcquisitions ? steady.requests / steadyAcquisitions : Number.NaN,
     commands,
-    commandsPerAcquisition: all ? commands / all : Number.NaN,
+    commandsPerAcquisition: steadyAcquisitions ? steady.commands / steadyAcquisitions : Number.NaN,
+    steady: {
+      fromMs: steadyFromMs,
+      acquisitions: steadyAcquisitions,
+      requests: steady.requests,
+      commands: steady.commands,
+    },
     cpuSeconds: cpu,
     overlaps,
     timeouts,
