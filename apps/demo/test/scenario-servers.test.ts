@@ -3,7 +3,6 @@ import { describe, expect, it } from 'vitest';
 import { parseLockUrl } from '../dist/backends.js';
 import { checkFenced, checkUnfenced, type Outcome, runScenario } from './helpers.js';
 
-const pglite = { kind: 'pglite' } as const;
 const postgres = { kind: 'postgres', url: PG_URL } as const;
 
 /**
@@ -25,23 +24,26 @@ function checkBoth(outcome: Outcome): void {
   expect(fenced.redone).toBeGreaterThanOrEqual(1);
 }
 
-// Side by side: most of a scenario is the frozen worker's idle pause, and the backends share nothing.
+// Side by side: most of a scenario is the frozen worker's idle pause, and the backends share nothing. Every ledger
+// is on the PostgreSQL server: a PGlite ledger runs its database on this thread, where the other scenarios' ledger
+// calls wait behind it: on a loaded machine ledger calls took seconds and the takeover fell outside the pause
+// (once in CI; reproduced 5 of 6 times beside other load). For the same reason the 1 s leases get a 5 s pause.
 describe.concurrent('the scenario on real servers', () => {
   it('Redis locks, PostgreSQL ledger', async () => {
-    checkBoth(await runScenario(parseLockUrl(REDIS_URL), postgres));
+    checkBoth(await runScenario(parseLockUrl(REDIS_URL), postgres, { pauseMs: 5_000 }));
   });
 
-  it('etcd locks (2 s leases), PGlite ledger', async () => {
+  it('etcd locks (2 s leases), PostgreSQL ledger', async () => {
     const lock = parseLockUrl(ETCD_ENDPOINT.replace(/^https?:/, 'etcd:'));
-    checkBoth(await runScenario(lock, pglite, { ttlMs: 2_000, pauseMs: 4_500, workers: 3, iterations: 2 }));
+    checkBoth(await runScenario(lock, postgres, { ttlMs: 2_000, pauseMs: 4_500, workers: 3, iterations: 2 }));
   });
 
   it('PostgreSQL locks (@dlock/postgres), the ledger in the same PostgreSQL', async () => {
-    checkBoth(await runScenario(parseLockUrl(PG_URL), postgres));
+    checkBoth(await runScenario(parseLockUrl(PG_URL), postgres, { pauseMs: 5_000 }));
   });
 
-  it('ZooKeeper locks (the session is the lease), PGlite ledger', async () => {
+  it('ZooKeeper locks (the session is the lease), PostgreSQL ledger', async () => {
     const lock = parseLockUrl(`zk://${ZK_CONNECT}`);
-    checkBoth(await runScenario(lock, pglite, { ttlMs: 4_000, pauseMs: 7_500, workers: 3, iterations: 2 }));
+    checkBoth(await runScenario(lock, postgres, { ttlMs: 4_000, pauseMs: 7_500, workers: 3, iterations: 2 }));
   });
 });
