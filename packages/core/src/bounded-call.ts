@@ -152,6 +152,8 @@ export interface BoundedCallOptions<T, R = T> {
   readonly deadlines: CallDeadlines;
   /** The clock `timeoutMs` is measured on (its monotonic time). */
   readonly clock: Clock;
+  /** The clock's monotonic time when the call starts, if the caller has just read it (saves a reading). */
+  readonly now?: number | undefined;
   /** The call fails with a `TransportError` when it has not settled after this many ms. */
   readonly timeoutMs: number;
   /**
@@ -207,7 +209,7 @@ class BoundedCall<T, R> extends Entry {
   #deadlineAt = 0;
 
   constructor(options: BoundedCallOptions<T, R>) {
-    super(options.clock.monotonic() + options.timeoutMs);
+    super((options.now ?? options.clock.monotonic()) + options.timeoutMs);
     this.#options = options;
   }
 

@@ -111,6 +111,8 @@ export class Handle implements LockHandle {
     ttlMs: number;
     expiresAt: number;
     renewDueAt: number;
+    /** When the client admitted the grant (its monotonic clock). */
+    acquiredAt: number;
     reentrant: boolean;
     renews: boolean;
     onLost: LostCallback | undefined;
@@ -126,7 +128,7 @@ export class Handle implements LockHandle {
     this.renewDueAt = init.renewDueAt;
     this.reentrant = init.reentrant;
     this.renews = init.renews;
-    this.acquiredAt = init.host.clock.monotonic();
+    this.acquiredAt = init.acquiredAt;
     if (init.onLost) this.#lostCallbacks = [init.onLost];
   }
 
