@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto';
+import { randomFillSync } from 'node:crypto';
 import {
   type AcquireRequest,
   type Grant,
@@ -62,8 +62,21 @@ export interface Wait {
 
 const LOOK_AGAIN: Standing<Wait> = { kind: 'behind', wait: { recheckInMs: 0 } };
 
+/**
+ * Random bytes for claim ids, drawn 16 at a time from a buffer refilled every 256 ids: one `randomBytes` call per
+ * claim was one of the larger costs of an uncontended acquire on the client.
+ */
+const ENTROPY = Buffer.alloc(16 * 256);
+let entropyUsed = ENTROPY.length;
+
 export function newOwnershipToken(): string {
-  return randomBytes(16).toString('base64url');
+  if (entropyUsed === ENTROPY.length) {
+    randomFillSync(ENTROPY);
+    entropyUsed = 0;
+  }
+  const token = ENTROPY.toString('base64url', entropyUsed, entropyUsed + 16);
+  entropyUsed += 16;
+  return token;
 }
 
 function integer(row: Row, column: string, what: string): number | undefined {
