@@ -21,6 +21,7 @@ import {
 import { type AcquireFailure, handleEventBase, LockEvents } from './events.js';
 import { Handle, type HandleHost, type LockHandle } from './handle.js';
 import { checkedLockInfo, checkedPermitsInfo } from './inspection.js';
+import { LinkedSet } from './linked-set.js';
 import {
   type AcquireOptions,
   type LockClientOptions,
@@ -81,7 +82,7 @@ export class LockClient {
   readonly #options: ResolvedClientOptions;
   readonly #clock: Clock;
   readonly #scheduler: RenewalScheduler;
-  readonly #held = new Set<Handle>();
+  readonly #held = new LinkedSet<Handle>((handle) => handle.heldLink);
   readonly #reentrant = new Map<string, Handle>();
   readonly #watches = new Set<() => void>();
   readonly #pending = new Set<Promise<unknown>>();
@@ -95,6 +96,8 @@ export class LockClient {
   #drained: (() => void) | undefined;
   readonly #random: () => number;
   readonly #closing = new AbortController();
+  /** Whether `close()` has begun: `#closing.signal.aborted`, read as a field (AbortSignal's getter checks its receiver). */
+  #isClosing = false;
   /**
    * The deadlines of the acquire calls in flight, apart from every other call's: `close()` stops this list first,
    * which settles them at once. Cheaper than a cancel function in a set per call (`boundedCall`'s `cancels`): the
@@ -405,6 +408,7 @@ export class LockClient {
 
   async #close(): Promise<void> {
     const closed = new ClientClosedError();
+    this.#isClosing = true;
     this.#closing.abort(closed);
     this.#acquireDeadlines.stop(closed);
     // Renewals stop; leases granted with `renew: false` stay with the scheduler only to end as lost when their
@@ -413,7 +417,7 @@ export class LockClient {
     this.#unwatchLeases?.();
     for (const unsubscribe of [...this.#watches]) unsubscribe();
     const now = this.#clock.monotonic();
-    const releases = [...this.#held].map((handle) => {
+    const releases = this.#held.values().map((handle) => {
       if (!handle.renews) return Promise.resolve();
       // A window that closed before close() (a pause) is a loss, not a release: the delete still goes out.
       if (now >= handle.expiresAt) {
@@ -422,7 +426,7 @@ export class LockClient {
       }
       handle.holds = 1;
       handle.releasedByClose = true;
-      return this.#releaseNow(handle).catch(() => {});
+      return this.#releaseNow(handle, now).catch(() => {});
     });
     this.#countTaken = true;
     const drained =
@@ -451,7 +455,7 @@ export class LockClient {
   }
 
   #assertOpen(): void {
-    if (this.#closing.signal.aborted) throw new ClientClosedError();
+    if (this.#isClosing) throw new ClientClosedError();
   }
 
   /** A call `close()` waits for, during which the process stays alive: one settle listener does both. */
@@ -617,10 +621,11 @@ export class LockClient {
 
   /** Why the budget ran out: this client's own other handle, grants that arrived too late, or another owner. */
   #refusal(name: string, spentInTransit: boolean): AcquireTimeoutReason {
-    for (const handle of this.#held) {
-      // A permit of a semaphore of the same name is not this lock: semaphores live apart from locks.
-      if (handle.name === name && handle.slot === undefined && handle.isHeld()) return 'held-by-this-client';
-    }
+    // A permit of a semaphore of the same name is not this lock: semaphores live apart from locks.
+    const own = this.#held.find(
+      (handle) => handle.name === name && handle.slot === undefined && handle.isHeld(),
+    );
+    if (own !== undefined) return 'held-by-this-client';
     return spentInTransit ? 'spent-in-transit' : 'held-by-another-owner';
   }
 
@@ -759,28 +764,29 @@ export class LockClient {
    * the owner-checked delete.
    */
   #releaseHold(handle: Handle): Promise<void> {
-    if (this.#clock.monotonic() >= handle.expiresAt) this.#lose(handle, 'expired', undefined);
+    const now = this.#clock.monotonic();
+    if (now >= handle.expiresAt) this.#lose(handle, 'expired', undefined);
     const lost = handle.lostError;
     if (lost) return Promise.reject(lost);
     if (handle.holds > 1) {
       handle.holds -= 1;
       return Promise.resolve();
     }
-    return this.#releaseNow(handle);
+    return this.#releaseNow(handle, now);
   }
 
-  async #releaseNow(handle: Handle): Promise<void> {
+  /** `startedAt`: the clock's monotonic time as the release begins, just read by the caller. */
+  async #releaseNow(handle: Handle, startedAt: number): Promise<void> {
     // Forget first and synchronously: no renewal may be sent for a handle once its release has begun.
     this.#forget(handle);
     if (!handle.markReleased()) return;
-    // Only the released event reads it: most clients have no listener, and a release need not read the clock.
-    const startedAt = this.events.listens('released') ? this.#clock.monotonic() : 0;
     const counted = this.#enter();
     let deleted: boolean;
     try {
       deleted = await boundedCall(() => this.#service.release(handle.lease), {
         deadlines: this.#deadlines,
         clock: this.#clock,
+        now: startedAt,
         timeoutMs: this.#options.operationTimeoutMs,
         what: `release "${handle.name}"`,
       });
@@ -843,7 +849,7 @@ export class LockClient {
   #leasesLost(ownershipTokens: readonly string[]): void {
     if (!Array.isArray(ownershipTokens) || ownershipTokens.length === 0) return;
     const gone = new Set(ownershipTokens);
-    for (const handle of [...this.#held]) {
+    for (const handle of this.#held.values()) {
       if (gone.has(handle.lease.ownershipToken)) this.#lose(handle, 'rejected', undefined);
     }
   }

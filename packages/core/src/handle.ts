@@ -1,5 +1,6 @@
 import type { Clock } from './clock.js';
 import { LockLostError, LockReleasedError, type LostReason } from './errors.js';
+import { Link } from './linked-set.js';
 import type { Lease } from './service.js';
 
 /** A handle's lifecycle: `held` until released or lost; `lost` and `released` are final. */
@@ -93,6 +94,9 @@ export class Handle implements LockHandle {
   releasedByClose = false;
   /** Nesting depth of reentrant acquires still to be released. */
   holds = 1;
+  /** Its place among the client's held handles, and in the renewal scheduler's list. */
+  readonly heldLink = new Link<Handle>(this);
+  readonly renewalLink = new Link<Handle>(this);
   readonly #host: HandleHost;
   /** Created on first use of `signal`: most handles are never asked for one, and an abort is not free. */
   #controller: AbortController | undefined;

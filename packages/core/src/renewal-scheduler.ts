@@ -3,6 +3,7 @@ import type { Clock } from './clock.js';
 import { isDLockError, type LostReason, TransportError } from './errors.js';
 import { handleEventBase, type LockEvents } from './events.js';
 import type { Handle } from './handle.js';
+import { LinkedSet } from './linked-set.js';
 import type { LockService, RenewRequest, RenewResult } from './service.js';
 import { jitter, renewIntervalMs, renewRetryDelayMs, validUntil } from './timing.js';
 
@@ -31,7 +32,7 @@ export interface RenewalSchedulerDeps {
  */
 export class RenewalScheduler {
   readonly #deps: RenewalSchedulerDeps;
-  readonly #handles = new Set<Handle>();
+  readonly #handles = new LinkedSet<Handle>((handle) => handle.renewalLink);
   #timer: AbortController | undefined;
   #timerDueAt = Number.POSITIVE_INFINITY;
   #stopped = false;
@@ -77,7 +78,7 @@ export class RenewalScheduler {
    */
   stop(): void {
     this.#stopped = true;
-    for (const handle of [...this.#handles]) if (handle.renews) this.#handles.delete(handle);
+    for (const handle of this.#handles.values()) if (handle.renews) this.#handles.delete(handle);
     this.#disarm();
     this.#arm();
   }
@@ -97,7 +98,9 @@ export class RenewalScheduler {
 
   #arm(): void {
     let next = Number.POSITIVE_INFINITY;
-    for (const handle of this.#handles) next = Math.min(next, this.#nextWake(handle));
+    this.#handles.forEach((handle) => {
+      next = Math.min(next, this.#nextWake(handle));
+    });
     if (next === Number.POSITIVE_INFINITY) {
       this.#disarm();
       return;
@@ -128,7 +131,7 @@ export class RenewalScheduler {
   #tick(): void {
     const now = this.#deps.clock.monotonic();
     const batch: Handle[] = [];
-    for (const handle of [...this.#handles]) {
+    for (const handle of this.#handles.values()) {
       if (handle.state !== 'held') {
         this.#handles.delete(handle);
         continue;
