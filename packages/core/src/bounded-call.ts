@@ -183,6 +183,11 @@ export interface BoundedCallOptions<T, R = T> {
    * a call that must then send nothing more.
    */
   readonly onAbandon?: (() => void) | undefined;
+  /**
+   * Called once with the error the bound call is about to reject with, when the call itself failed or was given up
+   * (not when `map` threw): for clean-up that must run before the caller hears, without a promise layer of its own.
+   */
+  readonly onError?: ((error: unknown) => void) | undefined;
   /** Describes the call in the timeout message. */
   readonly what: string;
 }
@@ -298,6 +303,7 @@ class BoundedCall<T, R> extends Entry {
     this.#inner?.abort(reason);
     this.#options.onAbandon?.();
     this.#finish();
+    this.#options.onError?.(reason);
     this.#reject(reason);
   }
 
@@ -320,7 +326,9 @@ class BoundedCall<T, R> extends Entry {
 
   #failed(error: unknown): void {
     if (!this.#finish()) return;
-    this.#reject(this.#asDLockError(error));
+    const failure = this.#asDLockError(error);
+    this.#options.onError?.(failure);
+    this.#reject(failure);
   }
 
   #asDLockError(error: unknown): unknown {
@@ -363,6 +371,9 @@ export function boundedCall<T, R>(
 ): Promise<R> {
   let { signal } = options;
   if (typeof signal === 'function' && !((options.signalAfterMs ?? 0) > 0)) signal = signal();
-  if (typeof signal === 'object' && signal.aborted) return Promise.reject(signal.reason);
+  if (typeof signal === 'object' && signal.aborted) {
+    options.onError?.(signal.reason);
+    return Promise.reject(signal.reason);
+  }
   return new BoundedCall(options).start(call, signal);
 }

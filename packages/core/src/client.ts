@@ -775,33 +775,37 @@ export class LockClient {
     return this.#releaseNow(handle, now);
   }
 
-  /** `startedAt`: the clock's monotonic time as the release begins, just read by the caller. */
-  async #releaseNow(handle: Handle, startedAt: number): Promise<void> {
+  /**
+   * `startedAt`: the clock's monotonic time as the release begins, just read by the caller. Not `async`: the reply
+   * is read in the reaction that settles the bound call (its `map`), a failure in its `onError`, so that a release
+   * costs no promise layer of its own. Both end the call's count before the caller hears.
+   */
+  #releaseNow(handle: Handle, startedAt: number): Promise<void> {
     // Forget first and synchronously: no renewal may be sent for a handle once its release has begun.
     this.#forget(handle);
-    if (!handle.markReleased()) return;
+    if (!handle.markReleased()) return Promise.resolve();
     const counted = this.#enter();
-    let deleted: boolean;
-    try {
-      deleted = await boundedCall(() => this.#service.release(handle.lease), {
-        deadlines: this.#deadlines,
-        clock: this.#clock,
-        now: startedAt,
-        timeoutMs: this.#options.operationTimeoutMs,
-        what: `release "${handle.name}"`,
-      });
-    } catch (error) {
-      this.#emitReleased(handle, startedAt, 'failed', error);
-      throw error;
-    } finally {
-      this.#leave(counted);
-    }
-    this.#emitReleased(handle, startedAt, deleted === false ? 'not-found' : 'deleted', undefined);
-    // The service found nothing of this grant to delete although its window was open: the lock had already been
-    // taken from it (deleted by hand, a failover, a server clock jump). The release happened; a clean end did not.
-    if (deleted === false && !handle.releasedByClose) {
-      throw new LockLostError(handle.resource, handle.fencingToken, 'rejected');
-    }
+    return boundedCall(() => this.#service.release(handle.lease), {
+      deadlines: this.#deadlines,
+      clock: this.#clock,
+      now: startedAt,
+      timeoutMs: this.#options.operationTimeoutMs,
+      what: `release "${handle.name}"`,
+      map: (deleted: boolean) => {
+        this.#leave(counted);
+        this.#emitReleased(handle, startedAt, deleted === false ? 'not-found' : 'deleted', undefined);
+        // The service found nothing of this grant to delete although its window was open: the lock had already
+        // been taken from it (deleted by hand, a failover, a server clock jump). The release happened; a clean end
+        // did not.
+        if (deleted === false && !handle.releasedByClose) {
+          throw new LockLostError(handle.resource, handle.fencingToken, 'rejected');
+        }
+      },
+      onError: (error) => {
+        this.#emitReleased(handle, startedAt, 'failed', error);
+        this.#leave(counted);
+      },
+    });
   }
 
   #emitReleased(
