@@ -112,3 +112,34 @@ describe('statements per operation (counted at the pool)', () => {
     await service.close();
   });
 });
+
+describe('what a release commits', () => {
+  it('does not wait for its WAL flush, and turns that off for its own transaction only', async () => {
+    const one = newPool(1);
+    try {
+      const service = new PostgresLockService({ pool: one, schema });
+      const client = new LockClient(service);
+      await cycles(client, 3, 0);
+      // The pool's only connection ran the three releases: none left its setting behind.
+      expect((await one.query('SHOW synchronous_commit')).rows[0]).toEqual({ synchronous_commit: 'on' });
+      await client.close();
+      await service.close();
+
+      const connection = await one.connect();
+      try {
+        await connection.query('BEGIN');
+        // A release of nothing (no such owner) still runs the function's body.
+        await connection.query(`SELECT * FROM "${schema}".dlock_release('l', 'nobody-here', 0, 'nobody', 1)`);
+        const inside = await connection.query("SELECT current_setting('synchronous_commit') AS s");
+        await connection.query('COMMIT');
+        const after = await connection.query("SELECT current_setting('synchronous_commit') AS s");
+        expect(inside.rows[0]).toEqual({ s: 'off' });
+        expect(after.rows[0]).toEqual({ s: 'on' });
+      } finally {
+        connection.release();
+      }
+    } finally {
+      await one.end();
+    }
+  });
+});
