@@ -87,9 +87,31 @@ function runChild(backend, file, flags) {
   });
 }
 
+const USAGE = `usage: node src/run.mjs [backend|backend:suite ...] [--quick] [--no-readme|--readme] [--provisional]
+                        [--scenarios=A,B,C] [--json=FILE]
+  backends: ${Object.keys(SUITES).join(', ')} (none named: every backend whose server answers)
+  --quick        reduced sizes; not comparable with full runs, and leaves README.md alone
+  --no-readme    leave README.md and results/ as they are (--readme: write them even with --quick)
+  --provisional  mark the figures as taken on a busy machine
+  --scenarios=   run only these scenarios (letters A, B, C)
+  --json=FILE    also write each suite's results to FILE
+`;
+
 const args = process.argv.slice(2);
-const flags = args.filter((a) => a.startsWith('--'));
-const named = args.filter((a) => !a.startsWith('--'));
+if (args.includes('--help') || args.includes('-h')) {
+  process.stdout.write(USAGE);
+  process.exit(0);
+}
+const flags = args.filter((a) => a.startsWith('-'));
+const named = args.filter((a) => !a.startsWith('-'));
+// An unknown flag would reach the suites, which ignore it: a typo must not start a 20-minute run that means
+// something else.
+const FLAG = /^--(quick|no-readme|readme|provisional|scenarios=[ABC,]+|json=.+)$/i;
+const badFlag = flags.find((flag) => !FLAG.test(flag));
+if (badFlag !== undefined) {
+  process.stderr.write(`[bench] unknown flag "${badFlag}"\n${USAGE}`);
+  process.exit(2);
+}
 const known = Object.entries(SUITES).flatMap(([b, suites]) => [
   b,
   ...Object.keys(suites)
