@@ -229,6 +229,10 @@ describe('a master killed and failed over to its replica (3 masters, 3 replicas)
     };
     expect(await eventually(acquired, FOLLOW_MS)).toBe(follows);
     const followedAt = performance.now();
+    // The checks below read the server through the test's own view of the slot map (the first live node's), which
+    // may not have the promotion yet when the client has already followed it: a read would go to the dead master.
+    const seen = async (): Promise<boolean> => (await cluster.masterOf(lockKey(later))).port !== victim.port;
+    expect(await eventually(seen, 15_000)).toBe(true);
     if (!follows) {
       // Still no wrong answer: what the client believes held, the promoted replica still holds (the grants were
       // replicated, and their windows have not closed yet). Later they are lost as unreachable.

@@ -159,14 +159,62 @@ function nodeKey(redis: unknown): string | undefined {
   return typeof host === 'string' && typeof port === 'number' ? `${host}:${port}` : undefined;
 }
 
+/** A call waiting for its reply, linked into the list of the node it went to until it settles. */
+class Waiting {
+  prev: Waiting | undefined = undefined;
+  next: Waiting | undefined = undefined;
+  list: WaitingList | undefined = undefined;
+
+  constructor(readonly reject: (error: Error) => void) {}
+}
+
+/**
+ * The calls waiting on one node, linked through the calls themselves: joining and leaving allocate nothing (a set's
+ * table is made again each time it empties and fills, which a caller sending one command at a time does on every
+ * call).
+ */
+class WaitingList {
+  #head: Waiting | undefined = undefined;
+
+  add(entry: Waiting): void {
+    entry.list = this;
+    entry.next = this.#head;
+    if (this.#head) this.#head.prev = entry;
+    this.#head = entry;
+  }
+
+  /** Unlinks `entry`; false if it was not in the list (any more). */
+  delete(entry: Waiting): boolean {
+    if (entry.list !== this) return false;
+    entry.list = undefined;
+    if (entry.prev) entry.prev.next = entry.next;
+    else this.#head = entry.next;
+    if (entry.next) entry.next.prev = entry.prev;
+    entry.prev = undefined;
+    entry.next = undefined;
+    return true;
+  }
+
+  /** Unlinks and returns every entry, oldest first. */
+  take(): Waiting[] {
+    const taken: Waiting[] = [];
+    while (this.#head !== undefined) {
+      const entry = this.#head;
+      this.delete(entry);
+      taken.push(entry);
+    }
+    return taken.reverse();
+  }
+}
+
 export class IORedisConnection implements RedisConnection {
   readonly cluster: boolean;
   /**
-   * Rejects of the calls waiting for a reply, by the node they went to ('' for a single node's one connection). A
-   * node's set stays once made (one per node ever sent to), so a call makes none; the connection events are
-   * listened to only while some call waits (`#waiting`).
+   * The calls waiting for a reply, by the node they went to ('' for a single node's one connection). A node's list
+   * stays once made (one per node ever sent to), so a call makes none; the connection events are listened to only
+   * while some call waits (`#waiting`).
    */
-  readonly #inFlight = new Map<string, Set<(error: Error) => void>>();
+  readonly #inFlight = new Map<string, WaitingList>();
   #waiting = 0;
   /** What tells that a connection closed: the client's 'close' on a single node, the Cluster's '-node'. */
   readonly #event: 'close' | '-node';
@@ -225,37 +273,37 @@ export class IORedisConnection implements RedisConnection {
     return new Promise((resolve, reject) => {
       let waiting = this.#inFlight.get(node);
       if (waiting === undefined) {
-        waiting = new Set();
+        waiting = new WaitingList();
         this.#inFlight.set(node, waiting);
       }
-      const set = waiting;
-      set.add(reject);
+      const list = waiting;
+      const entry = new Waiting(reject);
+      list.add(entry);
       if (this.#waiting++ === 0) this.client.on(this.#event, this.#listener);
-      const done = (): void => {
-        if (set.delete(reject) && --this.#waiting === 0) this.client.off(this.#event, this.#listener);
-      };
       call.then(
         (reply) => {
-          done();
+          this.#done(list, entry);
           resolve(reply);
         },
         (error: unknown) => {
-          done();
+          this.#done(list, entry);
           reject(error);
         },
       );
     });
   }
 
+  #done(list: WaitingList, entry: Waiting): void {
+    if (list.delete(entry) && --this.#waiting === 0) this.client.off(this.#event, this.#listener);
+  }
+
   /** Answers every call waiting on `node` as unknown. */
   #fail(node: string): void {
-    const waiting = this.#inFlight.get(node);
-    if (waiting === undefined || waiting.size === 0) return;
-    const rejects = [...waiting];
-    waiting.clear();
-    this.#waiting -= rejects.length;
+    const entries = this.#inFlight.get(node)?.take();
+    if (entries === undefined || entries.length === 0) return;
+    this.#waiting -= entries.length;
     if (this.#waiting === 0) this.client.off(this.#event, this.#listener);
-    for (const reject of rejects) reject(new Error(CONNECTION_LOST));
+    for (const entry of entries) entry.reject(new Error(CONNECTION_LOST));
   }
 
   masterOf(slot: number): string | undefined {

@@ -1,7 +1,7 @@
 import { TransportError } from '@dlock/core';
 import type { RedisConnection } from '../clients/connection.js';
 import { redlockKeys } from '../keys.js';
-import type { LuaScript } from '../lua-script.js';
+import type { LuaScript, RunOptions } from '../lua-script.js';
 import type {
   NodeAcquire,
   NodeAcquireReply,
@@ -31,6 +31,27 @@ function int(value: unknown): number {
   if (typeof value === 'number') return value;
   if (typeof value === 'string' || typeof value === 'bigint') return Number(value);
   return Number.NaN;
+}
+
+/**
+ * A script call's options within a round: abandoned once the round's signal aborts. A class with the getter on its
+ * prototype, not an object literal with a getter: a literal's getter is a new closure per call, which gives every
+ * call's options a hidden class of its own (made in the old generation, where it keeps young objects alive).
+ */
+class RoundRun implements RunOptions {
+  readonly #signal: AbortSignal;
+  declare readonly retryArgs?: readonly string[];
+  readonly onNoScript: () => void;
+
+  constructor(signal: AbortSignal, retryArgs: readonly string[] | undefined, onNoScript: () => void) {
+    this.#signal = signal;
+    if (retryArgs !== undefined) (this as { retryArgs?: readonly string[] }).retryArgs = retryArgs;
+    this.onNoScript = onNoScript;
+  }
+
+  get abandoned(): boolean {
+    return this.#signal.aborted;
+  }
 }
 
 /** One Redlock node on a node-redis or ioredis client: each operation is one Lua script, so it is atomic on that node. */
@@ -125,18 +146,18 @@ export class RedisRedlockNode implements RedlockNode {
     signal: AbortSignal,
     retryArgs?: string[],
   ): Promise<unknown> {
-    return script.run((command) => this.#send(command, signal), keys, args, {
-      get abandoned() {
-        return signal.aborted;
-      },
-      ...(retryArgs === undefined ? {} : { retryArgs }),
-      // The node lost its cache: load every script now, so the others (renewals above all) find it in place.
-      onNoScript: () => {
-        for (const each of SCRIPTS)
-          this.#client.send(['SCRIPT', 'LOAD', each.source], undefined).catch(() => {});
-      },
-    });
+    return script.run(
+      (command) => this.#send(command, signal),
+      keys,
+      args,
+      new RoundRun(signal, retryArgs, this.#reloadScripts),
+    );
   }
+
+  /** The node lost its cache: load every script now, so the others (renewals above all) find it in place. */
+  readonly #reloadScripts = (): void => {
+    for (const each of SCRIPTS) this.#client.send(['SCRIPT', 'LOAD', each.source], undefined).catch(() => {});
+  };
 
   async #send(command: string[], signal: AbortSignal): Promise<unknown> {
     // A client that is reconnecting would park the command in its offline queue until our deadline: say so now.

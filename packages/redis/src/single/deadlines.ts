@@ -24,6 +24,10 @@ export interface BoundOptions {
    */
   readonly signal?: () => AbortSignal;
   readonly state?: CallState;
+  /** The clock's monotonic time as the call is sent, if the caller has just read it (saves a reading). */
+  readonly now?: number;
+  /** Called with the error before the call rejects, when the call itself failed or was given up (core's `onError`). */
+  readonly onError?: (error: unknown) => void;
 }
 
 /**
@@ -66,6 +70,8 @@ export class Deadlines {
     return boundedCall(() => promise, {
       deadlines: this.#deadlines,
       clock: this.#clock,
+      now: options?.now,
+      onError: options?.onError,
       timeoutMs,
       what,
       map,

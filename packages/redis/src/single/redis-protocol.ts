@@ -14,7 +14,7 @@ import { leaseKey, lockKeys } from '../keys.js';
 import type { LuaScript, SendCommand } from '../lua-script.js';
 import { newOwnershipToken } from '../tokens.js';
 import { type Claim, claimOf, keyList, RedisAcquire, type Wait } from './claims.js';
-import type { CallState, Deadlines } from './deadlines.js';
+import type { BoundOptions, CallState, Deadlines } from './deadlines.js';
 import type { RedisReleaseWatch } from './redis-release-watch.js';
 import { ClusterRenewals } from './renew-batches.js';
 import { isOne, parseInspect, parseUpdate } from './script-replies.js';
@@ -28,6 +28,8 @@ const RENEW_CHUNK = 1_000;
  * times out, and the next one, which may be the one that gets through, must not wait for a long request bound.
  */
 const CLEANUP_TRY_MS = 1_000;
+/** Names whose key lists are kept (see `keysOf`); the cache starts over when it is full. */
+const KEY_CACHE_NAMES = 1_024;
 
 export interface RedisProtocolParts {
   readonly client: RedisConnection;
@@ -57,6 +59,7 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
   readonly #channel: string;
   readonly #watch: RedisReleaseWatch;
   readonly #standings: Standings;
+  readonly #keyCache = new Map<string, readonly string[]>();
   readonly #cluster: ClusterRenewals;
   readonly #send: SendCommand = (args) => {
     // Fail fast rather than sit in node-redis' offline queue and run after the caller gave up (node-redis #1039).
@@ -195,7 +198,7 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
    */
   release(lease: Lease): Promise<boolean> {
     const state: CallState = { abandoned: false };
-    const script = this.#scripts.release.run(this.#send, this.#keys(lease.name), [claimOf(lease)], state);
+    const script = this.#scripts.release.run(this.#send, this.keysOf(lease.name), [claimOf(lease)], state);
     return this.#deadlines.boundAndMap(script, this.#timeoutMs, 'release', isOne, { state });
   }
 
@@ -206,7 +209,7 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
    */
   markWatched(name: string, mark: 'w' | 'o' = 'w'): Promise<unknown> {
     return this.#deadlines.bound(
-      this.#scripts.watch.run(this.#send, this.#keys(name), [mark]),
+      this.#scripts.watch.run(this.#send, this.keysOf(name), [mark]),
       this.#timeoutMs,
       'watch',
     );
@@ -215,7 +218,7 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
   /** The inspect script: the lock as the server sees it now, with the metadata stored with its grant. */
   async inspect(name: string): Promise<LockInfo> {
     const reply = await this.#deadlines.bound(
-      this.#scripts.inspect.run(this.#send, this.#keys(name), []),
+      this.#scripts.inspect.run(this.#send, this.keysOf(name), []),
       this.#timeoutMs,
       'inspect',
     );
@@ -226,7 +229,7 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
   async updateMetadata(lease: Lease, metadata: string): Promise<boolean> {
     const state: CallState = { abandoned: false };
     const reply = await this.#deadlines.bound(
-      this.#scripts.update.run(this.#send, this.#keys(lease.name), [claimOf(lease), metadata], state),
+      this.#scripts.update.run(this.#send, this.keysOf(lease.name), [claimOf(lease), metadata], state),
       this.#timeoutMs,
       'update metadata',
       { state },
@@ -234,23 +237,89 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
     return parseUpdate(reply);
   }
 
-  #acquire(claim: Claim, recheck: boolean): Promise<Standing<Wait>> {
+  /**
+   * The acquire script once, for a claim that does not queue: its standing is turned into `settle`'s answer in the
+   * reaction that settles the script's bound (no promise layer of its own). `onError` runs before the call rejects,
+   * whatever failed (the script, its reply, `settle`).
+   */
+  attempt<R>(
+    claim: Claim,
+    settle: (standing: Standing<Wait>) => R | PromiseLike<R>,
+    onError: (error: unknown) => void,
+  ): Promise<R> {
+    return this.#acquire(claim, false, settle, onError);
+  }
+
+  #acquire(claim: Claim, recheck: boolean): Promise<Standing<Wait>>;
+  #acquire<R>(
+    claim: Claim,
+    recheck: boolean,
+    settle: (standing: Standing<Wait>) => R | PromiseLike<R>,
+    onError: (error: unknown) => void,
+  ): Promise<R>;
+  #acquire<R>(
+    claim: Claim,
+    recheck: boolean,
+    settle?: (standing: Standing<Wait>) => R | PromiseLike<R>,
+    onError?: (error: unknown) => void,
+  ): Promise<Standing<Wait> | R> {
     const { call } = claim;
-    const now = this.#clock.monotonic();
+    // A call that does not queue sends its one attempt right after it began: its clock reading serves (an earlier
+    // send time only shortens the window and lengthens the round trip core sees).
+    const now = recheck || call.queue ? this.#clock.monotonic() : call.calledAt;
     const waitMs = call.queue ? Math.max(1, Math.ceil((call.deadline ?? now) - now)) : 0;
     const { kind } = call.target;
     const args = kind.acquireArgs(claim, waitMs, call.wakeChannel ?? this.#channel, recheck);
     // From here until the reply, the script may have granted or queued: a failure leaves it to be undone.
     claim.placed = true;
     // The reply is read in the reaction that settles the script's bound: no promise layer of its own.
-    return this.#run(kind.acquire, claim, args, 'acquire', (raw) =>
-      this.#standings.answered(claim, raw, now),
+    if (settle === undefined || onError === undefined) {
+      return this.#run(
+        kind.acquire,
+        claim,
+        args,
+        'acquire',
+        (raw) => this.#standings.answered(claim, raw, now),
+        now,
+      );
+    }
+    return this.#run(
+      kind.acquire,
+      claim,
+      args,
+      'acquire',
+      (raw) => {
+        try {
+          const standing = this.#standings.answered(claim, raw, now);
+          if (!(standing instanceof Promise)) return settle(standing);
+          return standing.then(settle, (error: unknown) => {
+            onError(error);
+            throw error;
+          });
+        } catch (error) {
+          onError(error);
+          throw error;
+        }
+      },
+      now,
+      onError,
     );
   }
 
-  /** The keys every lock script takes, for lock `name`. */
-  #keys(name: string): string[] {
-    return keyList(lockKeys(this.#prefix, name));
+  /**
+   * The keys every lock script takes, for lock `name`; the same array for a name while it is cached (callers never
+   * change it). Built once per name rather than twice per acquire and release cycle: five strings and an array, and
+   * a client writes a string it was given built (not concatenated) without flattening it first.
+   */
+  keysOf(name: string): readonly string[] {
+    let keys = this.#keyCache.get(name);
+    if (keys === undefined) {
+      // A bound on what the cache keeps: an application may use any number of names.
+      if (this.#keyCache.size >= KEY_CACHE_NAMES) this.#keyCache.clear();
+      keys = keyList(lockKeys(this.#prefix, name));
+      this.#keyCache.set(name, keys);
+    }
+    return keys;
   }
 
   async #renewChunk(requests: readonly RenewRequest[], signal?: () => AbortSignal): Promise<RenewResult[]> {
@@ -286,6 +355,8 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
     args: string[],
     what: string,
     map: (reply: unknown) => R | PromiseLike<R>,
+    now: number,
+    onError?: (error: unknown) => void,
   ): Promise<R>;
   #run<R>(
     script: LuaScript,
@@ -293,10 +364,17 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
     args: string[],
     what: string,
     map?: (reply: unknown) => R | PromiseLike<R>,
+    now?: number,
+    onError?: (error: unknown) => void,
   ): Promise<unknown> {
     const state: CallState = { abandoned: false };
     const sent = script.run(this.#send, claim.call.target.keys, args, state);
-    const options = { state, signal: claim.call.signalOf };
+    const options: BoundOptions =
+      now === undefined
+        ? { state, signal: claim.call.signalOf }
+        : onError === undefined
+          ? { state, signal: claim.call.signalOf, now }
+          : { state, signal: claim.call.signalOf, now, onError };
     return map === undefined
       ? this.#deadlines.bound(sent, this.#timeoutMs, what, options)
       : this.#deadlines.boundAndMap(sent, this.#timeoutMs, what, map, options);

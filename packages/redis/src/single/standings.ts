@@ -116,7 +116,8 @@ export class Standings {
 
   #first(claim: Claim, held: Held, leaseFrom: number): Standing<Wait> {
     const { call, owner } = claim;
-    this.#watch.unregister(owner);
+    // Only a queued claim registered a mailbox.
+    if (claim.waiter !== undefined) this.#watch.unregister(owner);
     const grant = {
       ownershipToken: owner,
       fencingToken: held.fence,
