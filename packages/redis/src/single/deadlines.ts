@@ -26,8 +26,6 @@ export interface BoundOptions {
   readonly state?: CallState;
   /** The clock's monotonic time as the call is sent, if the caller has just read it (saves a reading). */
   readonly now?: number;
-  /** Called with the error before the call rejects, when the call itself failed or was given up (core's `onError`). */
-  readonly onError?: (error: unknown) => void;
 }
 
 /**
@@ -71,7 +69,6 @@ export class Deadlines {
       deadlines: this.#deadlines,
       clock: this.#clock,
       now: options?.now,
-      onError: options?.onError,
       timeoutMs,
       what,
       map,

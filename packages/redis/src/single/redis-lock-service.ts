@@ -26,7 +26,7 @@ import {
 import { RedisServiceClosedError } from '../errors.js';
 import { changeChannel, lockKeys, semaphoreWakeChannel, wakeChannel } from '../keys.js';
 import { type RedisLockServiceOptions, resolveRedisOptions } from '../options.js';
-import { type Claim, type QueueKind, type QueueTarget, RedisAcquire } from './claims.js';
+import { type QueueKind, type QueueTarget, RedisAcquire } from './claims.js';
 import { Deadlines } from './deadlines.js';
 import { lockQueue } from './lock-queue.js';
 import { RedisProtocol } from './redis-protocol.js';
@@ -261,10 +261,6 @@ export class RedisLockService implements LockService, AsyncDisposable {
   /**
    * One attempt that does not queue (no wait, or no subscriber to be woken through); core's loop waits. The signal
    * is read only if the script is slow: core makes it on first read, and a fast acquire should not pay for it.
-   *
-   * `acquireInQueue`'s path for such a call, without its loop (one async function and one promise turn less per
-   * acquire): one claim and one script; a failed script's claim is cleaned up the same way, and an answer that is
-   * not a plain grant or refusal goes on through the loop. Its signal (`NOT_WAITING`) never aborts.
    */
   #attempt(
     request: AcquireRequest,
@@ -272,55 +268,19 @@ export class RedisLockService implements LockService, AsyncDisposable {
     target: QueueTarget,
     calledAt: number,
   ): Promise<AcquireResult> {
-    const call = new RedisAcquire(
-      name,
-      request.ownerId,
-      request.ttlMs,
-      target,
-      calledAt,
-      0,
-      NOT_WAITING,
-      () => request.signal,
-    );
-    const protocol = this.#protocol;
-    const claim = protocol.claim(call);
-    const onError = (): void => this.#leaveLater(claim, call);
-    try {
-      return protocol.attempt(
-        claim,
-        (standing): AcquireResult | Promise<AcquireResult> => {
-          if (standing.kind === 'first') return { acquired: true, grant: standing.grant };
-          if (standing.kind === 'behind') {
-            const hint = standing.holderExpiresInMs;
-            const refused: AcquireResult =
-              hint === undefined ? { acquired: false } : { acquired: false, holderExpiresInMs: hint };
-            // Refused, and nothing of the claim is in Redis: what the loop's give-up would answer.
-            if (!claim.placed) return refused;
-            return protocol.giveUp(claim).then(
-              (last) => (last.kind === 'first' ? { acquired: true, grant: last.grant } : refused),
-              (error: unknown) => {
-                onError();
-                throw error;
-              },
-            );
-          }
-          // Gone: the loop starts over with a new claim, as it would.
-          onError();
-          return acquireInQueue(protocol, call, this.#queue);
-        },
-        onError,
-      );
-    } catch (error) {
-      onError();
-      return Promise.reject(error);
-    }
-  }
-
-  /** Undoes in the background whatever `claim` may have left in Redis (as `acquireInQueue` does). */
-  #leaveLater(claim: Claim, call: RedisAcquire): void {
-    this.#cleanups.run(
-      () => this.#protocol.leave(claim),
-      this.#clock.monotonic() + this.#queue.cleanupHorizonMs(call),
+    return acquireInQueue(
+      this.#protocol,
+      new RedisAcquire(
+        name,
+        request.ownerId,
+        request.ttlMs,
+        target,
+        calledAt,
+        0,
+        NOT_WAITING,
+        () => request.signal,
+      ),
+      this.#queue,
     );
   }
 

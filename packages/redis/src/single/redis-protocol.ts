@@ -237,32 +237,7 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
     return parseUpdate(reply);
   }
 
-  /**
-   * The acquire script once, for a claim that does not queue: its standing is turned into `settle`'s answer in the
-   * reaction that settles the script's bound (no promise layer of its own). `onError` runs before the call rejects,
-   * whatever failed (the script, its reply, `settle`).
-   */
-  attempt<R>(
-    claim: Claim,
-    settle: (standing: Standing<Wait>) => R | PromiseLike<R>,
-    onError: (error: unknown) => void,
-  ): Promise<R> {
-    return this.#acquire(claim, false, settle, onError);
-  }
-
-  #acquire(claim: Claim, recheck: boolean): Promise<Standing<Wait>>;
-  #acquire<R>(
-    claim: Claim,
-    recheck: boolean,
-    settle: (standing: Standing<Wait>) => R | PromiseLike<R>,
-    onError: (error: unknown) => void,
-  ): Promise<R>;
-  #acquire<R>(
-    claim: Claim,
-    recheck: boolean,
-    settle?: (standing: Standing<Wait>) => R | PromiseLike<R>,
-    onError?: (error: unknown) => void,
-  ): Promise<Standing<Wait> | R> {
+  #acquire(claim: Claim, recheck: boolean): Promise<Standing<Wait>> {
     const { call } = claim;
     // A call that does not queue sends its one attempt right after it began: its clock reading serves (an earlier
     // send time only shortens the window and lengthens the round trip core sees).
@@ -273,36 +248,13 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
     // From here until the reply, the script may have granted or queued: a failure leaves it to be undone.
     claim.placed = true;
     // The reply is read in the reaction that settles the script's bound: no promise layer of its own.
-    if (settle === undefined || onError === undefined) {
-      return this.#run(
-        kind.acquire,
-        claim,
-        args,
-        'acquire',
-        (raw) => this.#standings.answered(claim, raw, now),
-        now,
-      );
-    }
     return this.#run(
       kind.acquire,
       claim,
       args,
       'acquire',
-      (raw) => {
-        try {
-          const standing = this.#standings.answered(claim, raw, now);
-          if (!(standing instanceof Promise)) return settle(standing);
-          return standing.then(settle, (error: unknown) => {
-            onError(error);
-            throw error;
-          });
-        } catch (error) {
-          onError(error);
-          throw error;
-        }
-      },
+      (raw) => this.#standings.answered(claim, raw, now),
       now,
-      onError,
     );
   }
 
@@ -356,7 +308,6 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
     what: string,
     map: (reply: unknown) => R | PromiseLike<R>,
     now: number,
-    onError?: (error: unknown) => void,
   ): Promise<R>;
   #run<R>(
     script: LuaScript,
@@ -365,16 +316,13 @@ export class RedisProtocol implements QueueDriver<Claim, Wait> {
     what: string,
     map?: (reply: unknown) => R | PromiseLike<R>,
     now?: number,
-    onError?: (error: unknown) => void,
   ): Promise<unknown> {
     const state: CallState = { abandoned: false };
     const sent = script.run(this.#send, claim.call.target.keys, args, state);
     const options: BoundOptions =
       now === undefined
         ? { state, signal: claim.call.signalOf }
-        : onError === undefined
-          ? { state, signal: claim.call.signalOf, now }
-          : { state, signal: claim.call.signalOf, now, onError };
+        : { state, signal: claim.call.signalOf, now };
     return map === undefined
       ? this.#deadlines.bound(sent, this.#timeoutMs, what, options)
       : this.#deadlines.boundAndMap(sent, this.#timeoutMs, what, map, options);
