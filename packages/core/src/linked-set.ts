@@ -1,15 +1,21 @@
-/** @internal A member's place in one {@link LinkedSet}: made once with the member, reused by every add. */
+/** A member's place in one {@link LinkedSet}: made once with the member, reused by every add. */
 export class Link<T> {
+  /** @internal The member before this one in its set. */
   prev: Link<T> | undefined = undefined;
+  /** @internal The member after this one in its set. */
   next: Link<T> | undefined = undefined;
   /** The set the member is in, while it is in one. */
   owner: LinkedSet<T> | undefined = undefined;
 
-  constructor(readonly value: T) {}
+  /** @param value the member this link places. */
+  constructor(
+    /** The member this link places. */
+    readonly value: T,
+  ) {}
 }
 
 /**
- * @internal A set kept as a doubly linked list through links its members own, in insertion order. Adding and
+ * A set kept as a doubly linked list through links its members own, in insertion order. Adding and
  * deleting allocate nothing: a `Set` makes its table again each time it empties and fills, which a client holding
  * one lock at a time does on every acquire and release.
  */
@@ -23,6 +29,7 @@ export class LinkedSet<T> {
     this.#linkOf = linkOf;
   }
 
+  /** How many members the set has. */
   get size(): number {
     return this.#size;
   }

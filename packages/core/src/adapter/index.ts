@@ -1,7 +1,7 @@
 /**
  * Tools for writing a backend (`@dlock/core/adapter`), kept out of the root entry point that applications import:
- * the queue algorithm and its driver interface, call bounds, wake-ups, background clean-ups, option-key checks and
- * the lease arithmetic core uses.
+ * the queue algorithm and its driver interface, call bounds, wake-ups, background clean-ups, option-key checks, the
+ * allocation-free linked set and the lease arithmetic core uses.
  *
  * @module adapter
  */
@@ -11,6 +11,7 @@ export {
   CallDeadlines,
   type Deadline,
 } from '../bounded-call.js';
+export { Link, LinkedSet } from '../linked-set.js';
 export { closestKey, rejectUnknownKeys } from '../option-keys.js';
 export {
   acquireInQueue,

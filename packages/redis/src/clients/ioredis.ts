@@ -1,3 +1,4 @@
+import { Link, LinkedSet } from '@dlock/core/adapter';
 import type { MessageListener, RedisConnection, RedisSubscription } from './connection.js';
 import { keySlot } from './key-slot.js';
 import { messageText } from './replies.js';
@@ -159,11 +160,9 @@ function nodeKey(redis: unknown): string | undefined {
   return typeof host === 'string' && typeof port === 'number' ? `${host}:${port}` : undefined;
 }
 
-/** A call waiting for its reply, linked into the list of the node it went to until it settles. */
+/** A call waiting for its reply, in the set of the node it went to until it settles. */
 class Waiting {
-  prev: Waiting | undefined = undefined;
-  next: Waiting | undefined = undefined;
-  list: WaitingList | undefined = undefined;
+  readonly link: Link<Waiting> = new Link(this);
 
   constructor(readonly reject: (error: Error) => void) {}
 }
@@ -173,39 +172,7 @@ class Waiting {
  * table is made again each time it empties and fills, which a caller sending one command at a time does on every
  * call).
  */
-class WaitingList {
-  #head: Waiting | undefined = undefined;
-
-  add(entry: Waiting): void {
-    entry.list = this;
-    entry.next = this.#head;
-    if (this.#head) this.#head.prev = entry;
-    this.#head = entry;
-  }
-
-  /** Unlinks `entry`; false if it was not in the list (any more). */
-  delete(entry: Waiting): boolean {
-    if (entry.list !== this) return false;
-    entry.list = undefined;
-    if (entry.prev) entry.prev.next = entry.next;
-    else this.#head = entry.next;
-    if (entry.next) entry.next.prev = entry.prev;
-    entry.prev = undefined;
-    entry.next = undefined;
-    return true;
-  }
-
-  /** Unlinks and returns every entry, oldest first. */
-  take(): Waiting[] {
-    const taken: Waiting[] = [];
-    while (this.#head !== undefined) {
-      const entry = this.#head;
-      this.delete(entry);
-      taken.push(entry);
-    }
-    return taken.reverse();
-  }
-}
+const waitingSet = (): LinkedSet<Waiting> => new LinkedSet((entry: Waiting) => entry.link);
 
 export class IORedisConnection implements RedisConnection {
   readonly cluster: boolean;
@@ -214,7 +181,7 @@ export class IORedisConnection implements RedisConnection {
    * stays once made (one per node ever sent to), so a call makes none; the connection events are listened to only
    * while some call waits (`#waiting`).
    */
-  readonly #inFlight = new Map<string, WaitingList>();
+  readonly #inFlight = new Map<string, LinkedSet<Waiting>>();
   #waiting = 0;
   /** What tells that a connection closed: the client's 'close' on a single node, the Cluster's '-node'. */
   readonly #event: 'close' | '-node';
@@ -273,7 +240,7 @@ export class IORedisConnection implements RedisConnection {
     return new Promise((resolve, reject) => {
       let waiting = this.#inFlight.get(node);
       if (waiting === undefined) {
-        waiting = new WaitingList();
+        waiting = waitingSet();
         this.#inFlight.set(node, waiting);
       }
       const list = waiting;
@@ -293,14 +260,16 @@ export class IORedisConnection implements RedisConnection {
     });
   }
 
-  #done(list: WaitingList, entry: Waiting): void {
+  #done(list: LinkedSet<Waiting>, entry: Waiting): void {
     if (list.delete(entry) && --this.#waiting === 0) this.client.off(this.#event, this.#listener);
   }
 
   /** Answers every call waiting on `node` as unknown. */
   #fail(node: string): void {
-    const entries = this.#inFlight.get(node)?.take();
-    if (entries === undefined || entries.length === 0) return;
+    const waiting = this.#inFlight.get(node);
+    if (waiting === undefined || waiting.size === 0) return;
+    const entries = waiting.values();
+    for (const entry of entries) waiting.delete(entry);
     this.#waiting -= entries.length;
     if (this.#waiting === 0) this.client.off(this.#event, this.#listener);
     for (const entry of entries) entry.reject(new Error(CONNECTION_LOST));
