@@ -167,6 +167,23 @@ end
 
 `;
 
+/**
+ * A waiter's queue entry, as the lock and the semaphore scripts both write it. Shared with the semaphore scripts.
+ */
+export const LUA_ENTRIES = `-- A waiter's entry "<deadline> <ttl>/<payload bytes> <channel><payload>" (the byte count tells a channel with spaces
+-- from its payload): deadline, ttl, notify channel and payload. An older version's "<deadline> <ttl> <channel>" has
+-- no payload (nil). Nil for no entry, or anything else (a semaphore's hand-off mark "=<slot>").
+local function entry_of(entry)
+  if not entry then return nil end
+  local deadline, ttl, bytes, rest = string.match(entry, '^(%d+) (%d+)/?(%d*) (.+)$')
+  if not rest or bytes == '' then return deadline, ttl, rest, nil end
+  local n = tonumber(bytes)
+  if n >= #rest then return nil end
+  return deadline, ttl, string.sub(rest, 1, #rest - n), string.sub(rest, #rest - n + 1)
+end
+
+`;
+
 const LUA_QUEUE = `-- A grant of ttl ms; meta: its payload (owner id and metadata), or nil. The value states its expiry, so that a
 -- script that overwrote it by mistake can put it back as it was.
 local function grant(owner, fence, ttl, q, w, o, meta)
@@ -174,15 +191,6 @@ local function grant(owner, fence, ttl, q, w, o, meta)
   local value = owner .. ' ' .. fence .. ' ' .. expiry .. ' ' .. flags_of(q, w, changed(o))
   if meta then value = value .. ' ' .. meta end
   redis.call('SET', KEYS[1], value, 'PXAT', expiry)
-end
-
--- A waiter's entry: deadline, ttl, notify channel and payload (nil in an entry from an older version without one).
-local function entry_of(entry)
-  local deadline, ttl, bytes, rest = string.match(entry, '^(%d+) (%d+)/?(%d*) (.+)$')
-  if not rest or bytes == '' then return deadline, ttl, rest, nil end
-  local n = tonumber(bytes)
-  if n >= #rest then return nil end
-  return deadline, ttl, string.sub(rest, 1, #rest - n), string.sub(rest, #rest - n + 1)
 end
 
 -- Gives the free lock to the oldest waiter still there and tells only that waiter's process. Skipped for good:
@@ -221,7 +229,7 @@ local function let_go(flags, written)
 end
 `;
 
-const PRELUDE = LUA_CLOCK + LUA_VALUES + LUA_FLAGS + LUA_MINT + LUA_QUEUE;
+const PRELUDE = LUA_CLOCK + LUA_VALUES + LUA_FLAGS + LUA_MINT + LUA_ENTRIES + LUA_QUEUE;
 
 /**
  * ARGV[1] ownership token, ARGV[2] ttl ms, ARGV[3] wait ms (0: do not queue), ARGV[4] the caller's notify channel

@@ -1,5 +1,5 @@
 import { LuaScript } from '../lua-script.js';
-import { LUA_CLOCK, LUA_MINT, LUA_VALUES, luaSource } from './scripts.js';
+import { LUA_CLOCK, LUA_ENTRIES, LUA_MINT, LUA_VALUES, luaSource } from './scripts.js';
 
 /**
  * The semaphore's Lua scripts, each atomic on the server. Keys of one semaphore (see `keys.ts`), all under the hash
@@ -120,18 +120,6 @@ local function take(slot, who, ttl)
   return fence
 end
 
--- A queued entry: deadline, ttl, notify channel and the payload its grant will carry; "<deadline> <ttl>/<payload
--- bytes> <channel><payload>" (channels may hold spaces: the byte count tells them apart), or from an older version
--- "<deadline> <ttl> <channel>". Nil for anything else (a hand-off's "=<slot>").
-local function waiter_entry(entry)
-  if not entry then return nil end
-  local deadline, ttl, bytes, rest = string.match(entry, '^(%d+) (%d+)/?(%d*) (.+)$')
-  if not rest or bytes == '' then return deadline, ttl, rest, nil end
-  local n = tonumber(bytes)
-  if n >= #rest then return nil end
-  return deadline, ttl, string.sub(rest, 1, #rest - n), string.sub(rest, #rest - n + 1)
-end
-
 -- Gives \`slot\` to the oldest waiter still there, telling only that waiter's process; the caller itself (skip) reads
 -- its grant from the reply. The caller has read the slot's key in this script: free, or its own holder's, who lets
 -- go. The grant is written before the message goes, and undone by the next one (or let_go) if nobody heard it.
@@ -142,7 +130,7 @@ local function hand_over(slot, skip)
     local head = redis.call('LPOP', KEYS[3])
     if not head then return nil, nil, written end
     local entry = redis.call('HGET', KEYS[4], head)
-    local deadline, ttl, channel, payload = waiter_entry(entry)
+    local deadline, ttl, channel, payload = entry_of(entry)
     if deadline and tonumber(deadline) > now_ms() then
       local fence = token(ttl)
       put(slot, head, fence, tonumber(ttl), 'q', payload)
@@ -483,7 +471,7 @@ export function semaphoreScripts(fenceRetentionMs: number, sharded = false): Sem
   const build = (body: string): LuaScript =>
     new LuaScript(
       luaSource(
-        `local T\n${LUA_CLOCK}${LUA_VALUES}${LUA_MINT}${SEM_PRELUDE}${body}`,
+        `local T\n${LUA_CLOCK}${LUA_VALUES}${LUA_MINT}${LUA_ENTRIES}${SEM_PRELUDE}${body}`,
         fenceRetentionMs,
         sharded,
       ),
