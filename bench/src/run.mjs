@@ -88,13 +88,14 @@ function runChild(backend, file, flags) {
 }
 
 const USAGE = `usage: node src/run.mjs [backend|backend:suite ...] [--quick] [--no-readme|--readme] [--provisional]
-                        [--scenarios=A,B,C] [--json=FILE]
+                        [--scenarios=A,B,C] [--json=FILE] [--warmup=N]
   backends: ${Object.keys(SUITES).join(', ')} (none named: every backend whose server answers)
   --quick        reduced sizes; not comparable with full runs, and leaves README.md alone
   --no-readme    leave README.md and results/ as they are (--readme: write them even with --quick)
   --provisional  mark the figures as taken on a busy machine
   --scenarios=   run only these scenarios (letters A, B, C)
   --json=FILE    also write each suite's results to FILE
+  --warmup=N     warm-up iterations per subject before (A) (default 200; 2000 reaches the JIT's steady state)
 `;
 
 const args = process.argv.slice(2);
@@ -106,7 +107,7 @@ const flags = args.filter((a) => a.startsWith('-'));
 const named = args.filter((a) => !a.startsWith('-'));
 // An unknown flag would reach the suites, which ignore it: a typo must not start a 20-minute run that means
 // something else.
-const FLAG = /^--(quick|no-readme|readme|provisional|scenarios=[ABC,]+|json=.+)$/i;
+const FLAG = /^--(quick|no-readme|readme|provisional|scenarios=[ABC,]+|json=.+|warmup=\d+)$/i;
 const badFlag = flags.find((flag) => !FLAG.test(flag));
 if (badFlag !== undefined) {
   process.stderr.write(`[bench] unknown flag "${badFlag}"\n${USAGE}`);

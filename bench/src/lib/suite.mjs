@@ -24,7 +24,8 @@
  * right under the subjects table.
  *
  * Command-line flags (run.mjs passes them through): --quick (small sizes, no README), --no-readme, --readme,
- * --provisional (marks the figures as taken on a busy machine), --scenarios=A,B,C, --json=FILE.
+ * --provisional (marks the figures as taken on a busy machine), --scenarios=A,B,C, --json=FILE, --warmup=N (warm-up
+ * cycles per subject before (A), default 200).
  * A hard cap (default 15 min, `capMs`) ends the process if anything hangs; it exits by itself when done.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -37,7 +38,14 @@ import { sleep, withTimeout } from './time.mjs';
 const RESULTS = new URL('../../results/', import.meta.url);
 
 export function parseFlags(argv) {
-  const flags = { quick: false, readme: undefined, provisional: false, scenarios: 'ABC', json: undefined };
+  const flags = {
+    quick: false,
+    readme: undefined,
+    provisional: false,
+    scenarios: 'ABC',
+    json: undefined,
+    warmup: undefined,
+  };
   for (const arg of argv) {
     if (arg === '--quick') flags.quick = true;
     else if (arg === '--no-readme') flags.readme = false;
@@ -45,6 +53,7 @@ export function parseFlags(argv) {
     else if (arg === '--provisional') flags.provisional = true;
     else if (arg.startsWith('--scenarios=')) flags.scenarios = arg.slice(12).toUpperCase();
     else if (arg.startsWith('--json=')) flags.json = arg.slice(7);
+    else if (arg.startsWith('--warmup=')) flags.warmup = Number(arg.slice(9));
   }
   flags.readme ??= !flags.quick;
   return flags;
@@ -92,12 +101,17 @@ export async function runSuite(config) {
     subjects.length > 0 && options !== false && flags.scenarios.includes(letter);
 
   if (want('A', config.uncontended)) {
-    const o = { ...config.uncontended, ...(flags.quick ? QUICK.uncontended : {}) };
+    const o = {
+      ...config.uncontended,
+      ...(flags.quick ? QUICK.uncontended : {}),
+      ...(flags.warmup === undefined ? {} : { warmup: flags.warmup }),
+    };
     log(`(A) uncontended: ${o.iterations ?? 3000} iterations per subject`);
     results.uncontended = await runUncontended(subjects, o);
     sections.push(
       `#### (A) Uncontended acquire + release: ${(o.iterations ?? 3000).toLocaleString('en-US')} sequential iterations ` +
-        `per subject, subjects alternating in ${o.rounds ?? 10} rounds`,
+        `per subject, subjects alternating in ${o.rounds ?? 10} rounds` +
+        `, after ${(o.warmup ?? 200).toLocaleString('en-US')} warm-up iterations each`,
       uncontendedTable(results.uncontended),
     );
   }
