@@ -37,6 +37,10 @@ describe('resolveOptions', () => {
     const factory = async () => ({}) as never;
     expect(resolveOptions({ pool, listen: factory }).listen).toBe(factory);
     expect(resolveOptions({ pool, listen: false, tablePrefix: '' }).tablePrefix).toBe('');
+    // A pool of one connection, where nothing listens on it.
+    const onePool = { ...pool, options: { max: 1 } };
+    expect(resolveOptions({ pool: onePool, listen: false }).pool).toBe(onePool);
+    expect(resolveOptions({ pool: onePool, listen: factory }).pool).toBe(onePool);
     const clock = new FakeClock();
     expect(resolveOptions({ pool, clock }).clock).toBe(clock);
   });
@@ -54,6 +58,7 @@ describe('resolveOptions', () => {
     [{ pool, tablePrefix: 'x'.repeat(57) }, 'options.tablePrefix'],
     [{ pool, tablePrefix: 7 }, 'options.tablePrefix'],
     [{ pool, listen: 'yes' }, 'options.listen'],
+    [{ pool: { ...pool, options: { max: 1 } } }, 'options.pool'],
     [{ pool, preparedStatements: 1 }, 'options.preparedStatements'],
     [{ pool, requestTimeoutMs: 0 }, 'options.requestTimeoutMs'],
     [{ pool, requestTimeoutMs: 1.5 }, 'options.requestTimeoutMs'],

@@ -78,6 +78,25 @@ function isPool(value: unknown): value is PgPoolLike | PGliteLike {
   return typeof value['connect'] === 'function' || isPGlite(value as unknown as PGliteLike);
 }
 
+/**
+ * A pool of one connection cannot serve both the service's `LISTEN` and its statements: while someone waits, the
+ * listener holds the only connection, every statement (the holder's release included) times out waiting for one,
+ * and the waiter never hears that the lock is free. Refused up front, where `pg.Pool` states its limit
+ * (`options.max`, already defaulted by the pool).
+ */
+function refuseOneConnectionPool(pool: PgPoolLike): void {
+  const settings = (pool as unknown as Record<string, unknown>)['options'];
+  const max = isObject(settings) ? settings['max'] : undefined;
+  if (typeof max === 'number' && max < 2) {
+    throw new InvalidArgumentError(
+      'options.pool',
+      `allows ${max} connection (max: ${max}), which the service's LISTEN holds while anyone waits, leaving none ` +
+        'for its statements: give the pool max 2 or more, pass `listen` a function that opens a connection of its ' +
+        'own, or set `listen: false`',
+    );
+  }
+}
+
 export function resolveOptions(options: unknown): ResolvedOptions {
   if (!isObject(options)) throw new InvalidArgumentError('options', 'must be an object with a pool');
   // A misspelt key (`requestTimeout`, `tablePrefx`) would otherwise leave its default in force without a word.
@@ -102,6 +121,7 @@ export function resolveOptions(options: unknown): ResolvedOptions {
       'must be a boolean or a function returning a connection',
     );
   }
+  if (listen === true && !isPGlite(pool as PGliteLike)) refuseOneConnectionPool(pool as PgPoolLike);
   const prepared = options['preparedStatements'] ?? false;
   if (typeof prepared !== 'boolean') {
     throw new InvalidArgumentError('options.preparedStatements', 'must be a boolean');
