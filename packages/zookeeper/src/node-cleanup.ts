@@ -25,6 +25,11 @@ const CLEANUP_MS = 30_000;
  */
 export class NodeCleanup {
   readonly #deps: NodeCleanupDeps;
+  /**
+   * The hand-overs of {@link retry}'s deletes not yet done, per session: its end runs them at once, since
+   * `close()` ends the session and then stops the retries, which would otherwise never hand the node on.
+   */
+  readonly #retrying = new Map<Session, Set<() => void>>();
 
   constructor(deps: NodeCleanupDeps) {
     this.#deps = deps;
@@ -75,17 +80,39 @@ export class NodeCleanup {
   retry(session: Session, remove: () => Promise<void>, handOver?: () => void): void {
     const { clock } = this.#deps;
     const giveUpAt = clock.monotonic() + CLEANUP_MS;
+    // A function of this call's own, so that the same hand-over passed twice stays two entries. Run twice (by the
+    // session's end, then by the task), it only names the same node again.
+    const entry = handOver && !session.ended ? () => handOver() : undefined;
+    if (entry) this.#track(session, entry);
     this.#deps.cleanups.run(async () => {
       if (!session.ended) {
         try {
           await remove();
+          this.#untrack(session, entry);
           return;
         } catch (error) {
           if (!session.ended && clock.monotonic() < giveUpAt) throw error;
         }
       }
+      this.#untrack(session, entry);
       if (session.ended) handOver?.();
     }, Number.POSITIVE_INFINITY);
+  }
+
+  #track(session: Session, handOver: () => void): void {
+    let retrying = this.#retrying.get(session);
+    if (!retrying) {
+      retrying = new Set();
+      this.#retrying.set(session, retrying);
+    }
+    retrying.add(handOver);
+  }
+
+  #untrack(session: Session, handOver: (() => void) | undefined): void {
+    if (!handOver) return;
+    const retrying = this.#retrying.get(session);
+    if (!retrying?.delete(handOver)) return;
+    if (retrying.size === 0) this.#retrying.delete(session);
   }
 
   /** A retried create can leave two nodes of one attempt (a lagging server did not show the first): drop extras. */
@@ -118,8 +145,14 @@ export class NodeCleanup {
     if (!session.owned) this.#deps.leftovers.addChecked(session, path, check);
   }
 
-  /** Every pending node of an ended session (queue nodes of locks and semaphores alike) is handed over. */
+  /**
+   * Every pending node of an ended session (queue nodes of locks and semaphores alike) is handed over, and so is
+   * every node whose {@link retry} is not done.
+   */
   handOverAll(session: Session): void {
     for (const nodes of [...session.pending]) this.handOver(session, nodes);
+    const retrying = this.#retrying.get(session);
+    this.#retrying.delete(session);
+    for (const handOver of retrying ?? []) handOver();
   }
 }

@@ -160,8 +160,10 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
         this.#changes.rearm();
       },
       ended: (session) => {
-        this.#protocol.sessionEnded(session);
+        // The semaphores' first: they hand over what their claims pending on the session may hold, before the
+        // lock driver hands over and lets go of every pending node.
         this.#semaphores.sessionEnded(session);
+        this.#protocol.sessionEnded(session);
       },
       callerConnected: (sessionId) => this.#leftovers.connected(sessionId),
     });

@@ -16,7 +16,7 @@ import { freeSlot, permitQueuePath, permitSlotsPath, semaphorePath } from './key
 import { childrenOf } from './node-ops.js';
 import { PermitSlots, type SlotClaim, slotData } from './permit-slots.js';
 import { predecessorGone, Waits } from './waits.js';
-import type { MultiOp, Session } from './zookeeper-session.js';
+import type { MultiOp, Session, SessionNodes } from './zookeeper-session.js';
 
 /**
  * One attempt to take a permit. Its queue node (if it needs one) is the `Attempt` part: an ephemeral sequential node
@@ -204,8 +204,16 @@ export class ZooKeeperSemaphoreProtocol implements QueueDriver<PermitClaim, Perm
     return this.grants.release(lease);
   }
 
-  /** Every permit of an ended session is lost, at once. (Its queue nodes are pending nodes: see the lock driver.) */
+  /**
+   * Every permit of an ended session is lost, at once. (Its queue nodes are pending nodes: see the lock driver.) The
+   * slots a claim still on the session may hold go to the leftovers now, not when its leave runs next: `close()`
+   * ends the session and then stops the background retries, and a caller's client keeps the session, and with it
+   * such a slot, for as long as it lives. Called before the lock driver's, which lets go of the pending claims.
+   */
   sessionEnded(session: Session): void {
+    for (const nodes of session.pending) {
+      if (isPermitClaim(nodes)) this.slots.handOverUnsure(session, nodes);
+    }
     const tokens = this.grants.sessionEnded(session);
     this.#waits.sessionEnded(session);
     if (tokens.length > 0) this.#deps.lost(tokens);
@@ -265,4 +273,8 @@ export class ZooKeeperSemaphoreProtocol implements QueueDriver<PermitClaim, Perm
     const queuedMs = Math.max(0, session.lastContactAt - claim.startedAt);
     return { ownershipToken: token, fencingToken, ttlMs: session.timeoutMs, queuedMs, slot };
   }
+}
+
+function isPermitClaim(nodes: SessionNodes): nodes is PermitClaim {
+  return 'unsureSlots' in nodes;
 }

@@ -32,14 +32,21 @@ function onClose<T extends { close(): unknown }>(item: T): T {
   return item;
 }
 
-/** A client passed through a `Proxy` whose `exists` or `transaction` the test replaces. */
+/** A client passed through a `Proxy` whose `exists`, `getData`, `remove` or `transaction` the test replaces. */
 function wrapped(
   inner: ZooKeeperClientLike,
-  replace: { exists?: ZooKeeperClientLike['exists']; transaction?: () => ZooKeeperTransactionLike },
+  replace: {
+    exists?: ZooKeeperClientLike['exists'];
+    getData?: ZooKeeperClientLike['getData'];
+    remove?: ZooKeeperClientLike['remove'];
+    transaction?: () => ZooKeeperTransactionLike;
+  },
 ): ZooKeeperClientLike {
   return new Proxy(inner, {
     get(target, property) {
       if (property === 'exists' && replace.exists) return replace.exists;
+      if (property === 'getData' && replace.getData) return replace.getData;
+      if (property === 'remove' && replace.remove) return replace.remove;
       if (property === 'transaction' && replace.transaction) return replace.transaction;
       const value: unknown = Reflect.get(target, property);
       return typeof value === 'function' ? value.bind(target) : value;
@@ -172,5 +179,78 @@ describe('a take the server committed but that never became a grant', () => {
       ),
     ).toBe(true);
     expect(await waitFor(async () => (await slotsOf(name)).length === 0, 5_000, 50)).toBe(true);
+  });
+});
+
+// A caller's client keeps its session after close(), and with it any ephemeral slot node the service still meant to
+// delete: close() must hand such deletes to the leftovers, which it sweeps with that client before it returns.
+describe('closing a service on a passed-in client while a slot delete is still pending', () => {
+  it('a take still unsure when a service on a passed-in client is closed: close() deletes its slot node', {
+    timeout: 20_000,
+  }, async () => {
+    const inner = onClose(await connectedClient(ZK_CONNECT, 10_000));
+    const fault = { armed: false };
+    const client = wrapped(inner, {
+      transaction: () => {
+        const transaction = inner.transaction();
+        const commit = transaction.commit.bind(transaction);
+        // The server commits the take; its answer never reaches the adapter.
+        transaction.commit = (callback) => (fault.armed ? commit(() => {}) : commit(callback));
+        return transaction;
+      },
+      getData: ((path: string, ...rest: unknown[]) => {
+        // Nor does any read of a slot node: the claim's leave keeps failing, retried in the background.
+        if (fault.armed && /\/slots-2\/\d+$/.test(path)) return;
+        (inner.getData as (...args: unknown[]) => void)(path, ...rest);
+      }) as ZooKeeperClientLike['getData'],
+    });
+    const service = new ZooKeeperLockService({ client, keyPrefix: ROOT, requestTimeoutMs: 500 });
+    cleanups.push(() => service.close());
+    const name = uniqueName('closedunsure');
+    await warmUp(service, name);
+    fault.armed = true;
+    expect(await rejection(acquireOnce(service, name))).toMatchObject({ code: 'TRANSPORT' });
+    expect(await slotsOf(name)).toEqual(['0']); // committed by the server, unknown to the client
+    // The leave's first try is still waiting for its read; the server answers again from now on.
+    fault.armed = false;
+    await service.close();
+    // The caller's client keeps the session, and would keep the slot node with it: a permit gone for good.
+    expect(inner.getState().code).toBe(3);
+    expect(await slotsOf(name)).toEqual([]);
+    const other = onClose(new ZooKeeperLockService({ connectionString: ZK_CONNECT, keyPrefix: ROOT }));
+    expect(await other.availablePermits(name, 2)).toBe(2);
+    expect((await acquireOnce(other, name)).acquired).toBe(true);
+    expect((await acquireOnce(other, name)).acquired).toBe(true);
+  });
+
+  it('a permit whose release went unanswered when the service is closed: close() deletes its slot node', {
+    timeout: 20_000,
+  }, async () => {
+    const inner = onClose(await connectedClient(ZK_CONNECT, 10_000));
+    const fault = { armed: false };
+    const client = wrapped(inner, {
+      remove: ((path: string, ...rest: unknown[]) => {
+        // A delete of a slot node that never reaches the server: the release fails, retried in the background.
+        if (fault.armed && /\/slots-2\/\d+$/.test(path)) return;
+        (inner.remove as (...args: unknown[]) => void)(path, ...rest);
+      }) as ZooKeeperClientLike['remove'],
+    });
+    const service = new ZooKeeperLockService({ client, keyPrefix: ROOT, requestTimeoutMs: 500 });
+    cleanups.push(() => service.close());
+    const name = uniqueName('closedrelease');
+    const taken = await acquireOnce(service, name);
+    if (!taken.acquired) throw new Error('the take failed');
+    fault.armed = true;
+    expect(await rejection(service.release({ name, ownerId: 'test', ...taken.grant }))).toMatchObject({
+      code: 'TRANSPORT',
+    });
+    expect(await slotsOf(name)).toEqual(['0']);
+    // The background delete's first retry is still waiting for its answer; the server answers again from now on.
+    fault.armed = false;
+    await service.close();
+    expect(inner.getState().code).toBe(3);
+    expect(await slotsOf(name)).toEqual([]);
+    const other = onClose(new ZooKeeperLockService({ connectionString: ZK_CONNECT, keyPrefix: ROOT }));
+    expect(await other.availablePermits(name, 2)).toBe(2);
   });
 });
