@@ -2,6 +2,7 @@ import { PostgresLockService, type PostgresLockServiceOptions } from '@dlock/pos
 import { PG_URL, uniqueName } from '@dlock/test-utils';
 import { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
+import { afterAll, beforeAll } from 'vitest';
 
 export { PG_URL, uniqueName };
 
@@ -38,6 +39,25 @@ export async function embedded(): Promise<PGlite> {
   await service.ensureSchema();
   await service.close();
   return db;
+}
+
+/**
+ * {@link privateSchema} for the test file that calls it: made before its tests, dropped after them, and the pool
+ * ended then. `name` is the schema's once the tests run.
+ */
+export function usePrivateSchema(pool: pg.Pool, prefix?: string): { readonly name: string } {
+  const tables = { name: '' };
+  let drop = async (): Promise<void> => {};
+  beforeAll(async () => {
+    const made = await privateSchema(pool, prefix);
+    tables.name = made.schema;
+    drop = made.drop;
+  });
+  afterAll(async () => {
+    await drop();
+    await pool.end();
+  });
+  return tables;
 }
 
 export type ServiceOptions = Omit<PostgresLockServiceOptions, 'pool'>;

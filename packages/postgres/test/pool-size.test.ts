@@ -1,19 +1,10 @@
 import { InvalidArgumentError, LockClient } from '@dlock/core';
 import { PostgresLockService } from '@dlock/postgres';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { newPool, privateSchema } from './helpers.js';
+import { describe, expect, it } from 'vitest';
+import { newPool, usePrivateSchema } from './helpers.js';
 
 // The tables live in a schema of this file's own, made through a pool large enough for it.
-const setupPool = newPool(2);
-let schema = '';
-let drop: () => Promise<void> = async () => {};
-beforeAll(async () => {
-  ({ schema, drop } = await privateSchema(setupPool));
-});
-afterAll(async () => {
-  await drop();
-  await setupPool.end();
-});
+const tables = usePrivateSchema(newPool(2));
 
 /** How many connections a pool has opened so far (pg.Pool's own count). */
 const opened = (pool: { totalCount: number }): number => pool.totalCount;
@@ -24,7 +15,7 @@ describe('the pool a service listens on', () => {
     try {
       let refused: unknown;
       try {
-        new PostgresLockService({ pool, schema });
+        new PostgresLockService({ pool, schema: tables.name });
       } catch (error) {
         refused = error;
       }
@@ -39,7 +30,7 @@ describe('the pool a service listens on', () => {
 
   it('takes a pool of one connection when the service does not listen on it', async () => {
     const pool = newPool(1);
-    const service = new PostgresLockService({ pool, schema, listen: false });
+    const service = new PostgresLockService({ pool, schema: tables.name, listen: false });
     const locks = new LockClient(service);
     try {
       const handle = await locks.acquire('one-connection', { ttlMs: 5_000 });
@@ -55,7 +46,7 @@ describe('the pool a service listens on', () => {
 
   it('with two connections, a waiter listens on one while the holder releases on the other', async () => {
     const pool = newPool(2);
-    const service = new PostgresLockService({ pool, schema });
+    const service = new PostgresLockService({ pool, schema: tables.name });
     const holderClient = new LockClient(service);
     const waiterClient = new LockClient(service);
     try {

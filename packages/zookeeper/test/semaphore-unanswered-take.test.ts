@@ -185,12 +185,39 @@ describe('a take the server committed but that never became a grant', () => {
 // A caller's client keeps its session after close(), and with it any ephemeral slot node the service still meant to
 // delete: close() must hand such deletes to the leftovers, which it sweeps with that client before it returns.
 describe('closing a service on a passed-in client while a slot delete is still pending', () => {
+  /** A service on a caller's client whose calls `faults` may change while `fault.armed`. */
+  async function serviceOnCallersClient(
+    faults: (inner: ZooKeeperClientLike, fault: { armed: boolean }) => Partial<ZooKeeperClientLike>,
+  ): Promise<{ inner: ZooKeeperClientLike; fault: { armed: boolean }; service: ZooKeeperLockService }> {
+    const inner = onClose(await connectedClient(ZK_CONNECT, 10_000));
+    const fault = { armed: false };
+    const client = wrapped(inner, faults(inner, fault));
+    const service = new ZooKeeperLockService({ client, keyPrefix: ROOT, requestTimeoutMs: 500 });
+    cleanups.push(() => service.close());
+    return { inner, fault, service };
+  }
+
+  /**
+   * Closes `service` while its slot delete is pending, the server answering again, and checks what the caller's
+   * client, whose session lives on, is left with: no slot node of `name`, both permits free to another service.
+   */
+  async function closeAndCheckFreed(
+    setup: { inner: ZooKeeperClientLike; fault: { armed: boolean }; service: ZooKeeperLockService },
+    name: string,
+  ): Promise<ZooKeeperLockService> {
+    setup.fault.armed = false;
+    await setup.service.close();
+    expect(setup.inner.getState().code).toBe(3);
+    expect(await slotsOf(name)).toEqual([]);
+    const other = onClose(new ZooKeeperLockService({ connectionString: ZK_CONNECT, keyPrefix: ROOT }));
+    expect(await other.availablePermits(name, 2)).toBe(2);
+    return other;
+  }
+
   it('a take still unsure when a service on a passed-in client is closed: close() deletes its slot node', {
     timeout: 20_000,
   }, async () => {
-    const inner = onClose(await connectedClient(ZK_CONNECT, 10_000));
-    const fault = { armed: false };
-    const client = wrapped(inner, {
+    const setup = await serviceOnCallersClient((inner, fault) => ({
       transaction: () => {
         const transaction = inner.transaction();
         const commit = transaction.commit.bind(transaction);
@@ -203,22 +230,15 @@ describe('closing a service on a passed-in client while a slot delete is still p
         if (fault.armed && /\/slots-2\/\d+$/.test(path)) return;
         (inner.getData as (...args: unknown[]) => void)(path, ...rest);
       }) as ZooKeeperClientLike['getData'],
-    });
-    const service = new ZooKeeperLockService({ client, keyPrefix: ROOT, requestTimeoutMs: 500 });
-    cleanups.push(() => service.close());
+    }));
     const name = uniqueName('closedunsure');
-    await warmUp(service, name);
-    fault.armed = true;
-    expect(await rejection(acquireOnce(service, name))).toMatchObject({ code: 'TRANSPORT' });
+    await warmUp(setup.service, name);
+    setup.fault.armed = true;
+    expect(await rejection(acquireOnce(setup.service, name))).toMatchObject({ code: 'TRANSPORT' });
     expect(await slotsOf(name)).toEqual(['0']); // committed by the server, unknown to the client
-    // The leave's first try is still waiting for its read; the server answers again from now on.
-    fault.armed = false;
-    await service.close();
-    // The caller's client keeps the session, and would keep the slot node with it: a permit gone for good.
-    expect(inner.getState().code).toBe(3);
-    expect(await slotsOf(name)).toEqual([]);
-    const other = onClose(new ZooKeeperLockService({ connectionString: ZK_CONNECT, keyPrefix: ROOT }));
-    expect(await other.availablePermits(name, 2)).toBe(2);
+    // The leave's first try is still waiting for its read. Without the hand-over, the caller's client would keep the
+    // slot node with its session: a permit gone for good.
+    const other = await closeAndCheckFreed(setup, name);
     expect((await acquireOnce(other, name)).acquired).toBe(true);
     expect((await acquireOnce(other, name)).acquired).toBe(true);
   });
@@ -226,31 +246,22 @@ describe('closing a service on a passed-in client while a slot delete is still p
   it('a permit whose release went unanswered when the service is closed: close() deletes its slot node', {
     timeout: 20_000,
   }, async () => {
-    const inner = onClose(await connectedClient(ZK_CONNECT, 10_000));
-    const fault = { armed: false };
-    const client = wrapped(inner, {
+    const setup = await serviceOnCallersClient((inner, fault) => ({
       remove: ((path: string, ...rest: unknown[]) => {
         // A delete of a slot node that never reaches the server: the release fails, retried in the background.
         if (fault.armed && /\/slots-2\/\d+$/.test(path)) return;
         (inner.remove as (...args: unknown[]) => void)(path, ...rest);
       }) as ZooKeeperClientLike['remove'],
-    });
-    const service = new ZooKeeperLockService({ client, keyPrefix: ROOT, requestTimeoutMs: 500 });
-    cleanups.push(() => service.close());
+    }));
     const name = uniqueName('closedrelease');
-    const taken = await acquireOnce(service, name);
+    const taken = await acquireOnce(setup.service, name);
     if (!taken.acquired) throw new Error('the take failed');
-    fault.armed = true;
-    expect(await rejection(service.release({ name, ownerId: 'test', ...taken.grant }))).toMatchObject({
+    setup.fault.armed = true;
+    expect(await rejection(setup.service.release({ name, ownerId: 'test', ...taken.grant }))).toMatchObject({
       code: 'TRANSPORT',
     });
     expect(await slotsOf(name)).toEqual(['0']);
-    // The background delete's first retry is still waiting for its answer; the server answers again from now on.
-    fault.armed = false;
-    await service.close();
-    expect(inner.getState().code).toBe(3);
-    expect(await slotsOf(name)).toEqual([]);
-    const other = onClose(new ZooKeeperLockService({ connectionString: ZK_CONNECT, keyPrefix: ROOT }));
-    expect(await other.availablePermits(name, 2)).toBe(2);
+    // The background delete's first retry is still waiting for its answer.
+    await closeAndCheckFreed(setup, name);
   });
 });
