@@ -1,21 +1,12 @@
 import { PostgresLockService } from '@dlock/postgres';
 import { type ContractSubject, electionContract, lockServiceContract } from '@dlock/testing/contract';
-import { afterAll, beforeAll } from 'vitest';
-import { newPool, privateSchema } from './helpers.js';
+import { newPool, usePrivateSchema } from './helpers.js';
 
 const pool = newPool(20);
-let schema = '';
-let drop: () => Promise<void> = async () => {};
-beforeAll(async () => {
-  ({ schema, drop } = await privateSchema(pool));
-});
-afterAll(async () => {
-  await drop();
-  await pool.end();
-});
+const tables = usePrivateSchema(pool);
 
 const subject = (): ContractSubject => {
-  const service = new PostgresLockService({ pool, schema });
+  const service = new PostgresLockService({ pool, schema: tables.name });
   return { service, close: () => service.close() };
 };
 const closeService = async (made: ContractSubject): Promise<void> => {
@@ -34,7 +25,7 @@ electionContract('PostgresLockService (PostgreSQL 15, pg.Pool)', subject, { ttlM
 lockServiceContract(
   'PostgresLockService (PostgreSQL 15, pg.Pool, prepared statements)',
   () => {
-    const service = new PostgresLockService({ pool, schema, preparedStatements: true });
+    const service = new PostgresLockService({ pool, schema: tables.name, preparedStatements: true });
     return { service, close: () => service.close() };
   },
   { ttlMs: 500, expirySlackMs: 100, fifo: true, closeService },

@@ -1,18 +1,10 @@
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { newPool, PG_URL, privateSchema } from './helpers.js';
+import { describe, expect, it } from 'vitest';
+import { newPool, PG_URL, usePrivateSchema } from './helpers.js';
 
 const pool = newPool(2);
-let schema = '';
-let drop: () => Promise<void> = async () => {};
-beforeAll(async () => {
-  ({ schema, drop } = await privateSchema(pool));
-});
-afterAll(async () => {
-  await drop();
-  await pool.end();
-});
+const tables = usePrivateSchema(pool);
 
 const fixture = fileURLToPath(new URL('./fixtures/idle-exit.mjs', import.meta.url));
 
@@ -20,7 +12,7 @@ const fixture = fileURLToPath(new URL('./fixtures/idle-exit.mjs', import.meta.ur
 function run(mode: string, maxMs: number): Promise<{ code: number | null; out: string; ms: number }> {
   return new Promise((resolve) => {
     const started = performance.now();
-    const child = spawn(process.execPath, [fixture, PG_URL, schema, mode], {
+    const child = spawn(process.execPath, [fixture, PG_URL, tables.name, mode], {
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let out = '';

@@ -1,18 +1,10 @@
 import { LockClient } from '@dlock/core';
 import { PostgresLockService } from '@dlock/postgres';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { newPool, privateSchema } from './helpers.js';
+import { describe, expect, it } from 'vitest';
+import { newPool, usePrivateSchema } from './helpers.js';
 
 const pool = newPool(10);
-let schema = '';
-let drop: () => Promise<void> = async () => {};
-beforeAll(async () => {
-  ({ schema, drop } = await privateSchema(pool));
-});
-afterAll(async () => {
-  await drop();
-  await pool.end();
-});
+const tables = usePrivateSchema(pool);
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -27,7 +19,7 @@ async function until(predicate: () => Promise<boolean> | boolean, maxMs: number)
 
 async function observers(name: string): Promise<string[]> {
   const result = await pool.query<{ id: string }>(
-    `SELECT id FROM "${schema}".dlock_waiters WHERE kind = 'o' AND name = $1`,
+    `SELECT id FROM "${tables.name}".dlock_waiters WHERE kind = 'o' AND name = $1`,
     [name],
   );
   return result.rows.map((r) => r.id);
@@ -35,8 +27,8 @@ async function observers(name: string): Promise<string[]> {
 
 describe('notices across services (each standing in for another process)', () => {
   it("watchChanges hears another service's grant, metadata update and release, in well under a poll", async () => {
-    const writer = new PostgresLockService({ pool, schema, listen: false });
-    const observer = new PostgresLockService({ pool, schema });
+    const writer = new PostgresLockService({ pool, schema: tables.name, listen: false });
+    const observer = new PostgresLockService({ pool, schema: tables.name });
     let changes = 0;
     const unwatch = observer.watchChanges('leader', () => {
       changes++;
@@ -83,8 +75,8 @@ describe('notices across services (each standing in for another process)', () =>
   });
 
   it('watch() wakes a caller of another service on a release, and an election observer follows along', async () => {
-    const a = new PostgresLockService({ pool, schema });
-    const b = new PostgresLockService({ pool, schema });
+    const a = new PostgresLockService({ pool, schema: tables.name });
+    const b = new PostgresLockService({ pool, schema: tables.name });
     const holder = await new LockClient(a).acquire('watched', { ttlMs: 10_000 });
     let released = 0;
     const unwatch = b.watch('watched', () => {

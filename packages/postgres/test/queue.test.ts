@@ -1,19 +1,11 @@
 import { LockClient, type LockHandle, TransportError } from '@dlock/core';
 import { PostgresLockService } from '@dlock/postgres';
 import type pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { newPool, privateSchema } from './helpers.js';
+import { describe, expect, it } from 'vitest';
+import { newPool, usePrivateSchema } from './helpers.js';
 
 const pool = newPool(20);
-let schema = '';
-let drop: () => Promise<void> = async () => {};
-beforeAll(async () => {
-  ({ schema, drop } = await privateSchema(pool));
-});
-afterAll(async () => {
-  await drop();
-  await pool.end();
-});
+const tables = usePrivateSchema(pool);
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 const signal = new AbortController().signal;
@@ -29,7 +21,7 @@ async function until(predicate: () => Promise<boolean> | boolean, maxMs: number)
 
 async function rowsOf(table: 'leases' | 'waiters', name: string): Promise<number> {
   const result = await pool.query(
-    `SELECT count(*)::int AS n FROM "${schema}".dlock_${table} WHERE name = $1`,
+    `SELECT count(*)::int AS n FROM "${tables.name}".dlock_${table} WHERE name = $1`,
     [name],
   );
   return result.rows[0].n;
@@ -37,7 +29,10 @@ async function rowsOf(table: 'leases' | 'waiters', name: string): Promise<number
 
 describe('the queue', () => {
   it('serves 6 waiters of two services in arrival order, each woken by one notice (3 statements each)', async () => {
-    const services = [new PostgresLockService({ pool, schema }), new PostgresLockService({ pool, schema })];
+    const services = [
+      new PostgresLockService({ pool, schema: tables.name }),
+      new PostgresLockService({ pool, schema: tables.name }),
+    ];
     const [first, second] = services as [PostgresLockService, PostgresLockService];
     const holder = await new LockClient(first).acquire('fifo', { ttlMs: 10_000 });
     const before = first.statements + second.statements;
@@ -69,14 +64,14 @@ describe('the queue', () => {
   });
 
   it('the first waiter behind a live holder names itself in the lease row, so a racing release still wakes it', async () => {
-    const service = new PostgresLockService({ pool, schema });
+    const service = new PostgresLockService({ pool, schema: tables.name });
     const holder = await new LockClient(service).acquire('marked', { ttlMs: 10_000 });
     const client = new LockClient(service);
     const waiting = client.acquire('marked', { ttlMs: 10_000, waitMs: 10_000 });
     await until(async () => (await rowsOf('waiters', 'marked')) === 1, 2_000);
     const row = await pool.query(
-      `SELECT next_waiter = (SELECT id FROM "${schema}".dlock_waiters WHERE name = 'marked') AS named, next_channel
-         FROM "${schema}".dlock_leases WHERE name = 'marked'`,
+      `SELECT next_waiter = (SELECT id FROM "${tables.name}".dlock_waiters WHERE name = 'marked') AS named, next_channel
+         FROM "${tables.name}".dlock_leases WHERE name = 'marked'`,
     );
     expect(row.rows).toEqual([{ named: true, next_channel: service.channel }]);
     await holder.release();
@@ -86,7 +81,7 @@ describe('the queue', () => {
   });
 
   it('without LISTEN (listen: false) waiters are still served, in order, on their backoff', async () => {
-    const service = new PostgresLockService({ pool, schema, listen: false });
+    const service = new PostgresLockService({ pool, schema: tables.name, listen: false });
     const holder = await new LockClient(service).acquire('quiet', { ttlMs: 10_000 });
     const order: number[] = [];
     const waits = [0, 1, 2].map(async (i) => {
@@ -105,9 +100,9 @@ describe('the queue', () => {
   });
 
   it("a crashed waiter's row stops counting at its expiry and is deleted by the next statement on the name", async () => {
-    const service = new PostgresLockService({ pool, schema, listen: false });
+    const service = new PostgresLockService({ pool, schema: tables.name, listen: false });
     await pool.query(
-      `INSERT INTO "${schema}".dlock_waiters (kind, name, id, channel, expires_at)
+      `INSERT INTO "${tables.name}".dlock_waiters (kind, name, id, channel, expires_at)
        VALUES ('l', 'crashed-waiter', 'gone', 'nobody', clock_timestamp() + interval '400 ms')`,
     );
     const request = { name: 'crashed-waiter', ownerId: 'o', ttlMs: 5_000, waitMs: 0, signal };
@@ -119,7 +114,7 @@ describe('the queue', () => {
   });
 
   it('wakes its waiters after its listening connection is killed, and listens again', async () => {
-    const service = new PostgresLockService({ pool, schema });
+    const service = new PostgresLockService({ pool, schema: tables.name });
     const holder = await new LockClient(service).acquire('relisten', { ttlMs: 10_000 });
     const client = new LockClient(service);
     const waiting = client.acquire('relisten', { ttlMs: 10_000, waitMs: 10_000 });
@@ -146,7 +141,7 @@ describe('the queue', () => {
 
 describe("a semaphore's queue", () => {
   it('three slots freed at once reach three waiters without waiting for a refresh', async () => {
-    const service = new PostgresLockService({ pool, schema });
+    const service = new PostgresLockService({ pool, schema: tables.name });
     const sem = (client: LockClient) => client.semaphore('trio', { permits: 3, ttlMs: 10_000 });
     const holders = await Promise.all([0, 1, 2].map(() => sem(new LockClient(service)).acquire()));
     const clients = [0, 1, 2].map(() => new LockClient(service));
@@ -184,7 +179,7 @@ describe('undo', () => {
       },
       connect: () => pool.connect(),
     } as unknown as pg.Pool;
-    const service = new PostgresLockService({ pool: slow, schema, requestTimeoutMs: 200 });
+    const service = new PostgresLockService({ pool: slow, schema: tables.name, requestTimeoutMs: 200 });
     delayMs = 600;
     const lost = await service
       .acquire({ name: 'lost-reply', ownerId: 'o', ttlMs: 30_000, waitMs: 0, signal })
@@ -194,11 +189,11 @@ describe('undo', () => {
     // The grant lands after the call failed; the background leave, retried until that statement settled, removes
     // it (not the 30 s lease).
     const minted = async () =>
-      (await pool.query(`SELECT 1 FROM "${schema}".dlock_tokens WHERE name = 'lost-reply'`)).rows.length ===
-      1;
+      (await pool.query(`SELECT 1 FROM "${tables.name}".dlock_tokens WHERE name = 'lost-reply'`)).rows
+        .length === 1;
     expect(await until(minted, 2_000)).toBe(true);
     expect(await until(async () => (await rowsOf('leases', 'lost-reply')) === 0, 3_000)).toBe(true);
-    const other = new PostgresLockService({ pool, schema, listen: false });
+    const other = new PostgresLockService({ pool, schema: tables.name, listen: false });
     const request = { name: 'lost-reply', ownerId: 'p', ttlMs: 5_000, waitMs: 0, signal };
     expect((await other.acquire(request)).acquired).toBe(true);
     await Promise.all([service.close(), other.close()]);
@@ -207,8 +202,8 @@ describe('undo', () => {
 
 describe('close', () => {
   it('ends a pending acquire (its waiter row removed) and rejects every later call with ClientClosedError', async () => {
-    const service = new PostgresLockService({ pool, schema });
-    const other = new PostgresLockService({ pool, schema, listen: false });
+    const service = new PostgresLockService({ pool, schema: tables.name });
+    const other = new PostgresLockService({ pool, schema: tables.name, listen: false });
     const holder = await new LockClient(other).acquire('closing', { ttlMs: 10_000 });
     const pending = service.acquire({ name: 'closing', ownerId: 'o', ttlMs: 5_000, waitMs: 20_000, signal });
     pending.catch(() => {});

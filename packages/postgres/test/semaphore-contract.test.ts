@@ -1,23 +1,14 @@
 import { PostgresLockService } from '@dlock/postgres';
 import { type ContractSubject, semaphoreContract } from '@dlock/testing/contract';
-import { afterAll, beforeAll } from 'vitest';
-import { newPool, privateSchema } from './helpers.js';
+import { newPool, usePrivateSchema } from './helpers.js';
 
 const pool = newPool(20);
-let schema = '';
-let drop: () => Promise<void> = async () => {};
-beforeAll(async () => {
-  ({ schema, drop } = await privateSchema(pool));
-});
-afterAll(async () => {
-  await drop();
-  await pool.end();
-});
+const tables = usePrivateSchema(pool);
 
 semaphoreContract(
   'PostgresLockService (PostgreSQL 15, pg.Pool)',
   () => {
-    const service = new PostgresLockService({ pool, schema });
+    const service = new PostgresLockService({ pool, schema: tables.name });
     return { service, close: () => service.close() };
   },
   {

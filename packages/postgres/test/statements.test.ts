@@ -1,19 +1,11 @@
 import { LockClient } from '@dlock/core';
 import { PostgresLockService } from '@dlock/postgres';
 import type pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { newPool, privateSchema } from './helpers.js';
+import { describe, expect, it } from 'vitest';
+import { newPool, usePrivateSchema } from './helpers.js';
 
 const pool = newPool(10);
-let schema = '';
-let drop: () => Promise<void> = async () => {};
-beforeAll(async () => {
-  ({ schema, drop } = await privateSchema(pool));
-});
-afterAll(async () => {
-  await drop();
-  await pool.end();
-});
+const tables = usePrivateSchema(pool);
 
 /** The pool as the service sees it, counting every statement that reaches it (what goes over the wire). */
 function countingPool(real: pg.Pool): { pool: pg.Pool; sent: string[] } {
@@ -46,7 +38,7 @@ describe('statements per operation (counted at the pool)', () => {
     'uncontended acquire + release: one statement each, with or without a wait budget (prepared: %s)',
     async (preparedStatements) => {
       const { pool: counting, sent } = countingPool(pool);
-      const service = new PostgresLockService({ pool: counting, schema, preparedStatements });
+      const service = new PostgresLockService({ pool: counting, schema: tables.name, preparedStatements });
       const client = new LockClient(service);
       await cycles(client, 20, 0);
       expect(sent.length).toBe(40);
@@ -63,7 +55,7 @@ describe('statements per operation (counted at the pool)', () => {
 
   it('a refused tryAcquire is one statement; a permit is one statement to take and one to give back', async () => {
     const { pool: counting, sent } = countingPool(pool);
-    const service = new PostgresLockService({ pool: counting, schema });
+    const service = new PostgresLockService({ pool: counting, schema: tables.name });
     const client = new LockClient(service);
     const holder = await client.acquire('busy', { ttlMs: 10_000 });
     sent.length = 0;
@@ -82,7 +74,7 @@ describe('statements per operation (counted at the pool)', () => {
 
   it('renewMany of 1,000 held leases is one statement, and renews them all', async () => {
     const { pool: counting, sent } = countingPool(pool);
-    const service = new PostgresLockService({ pool: counting, schema, listen: false });
+    const service = new PostgresLockService({ pool: counting, schema: tables.name, listen: false });
     const signal = new AbortController().signal;
     const leases = [];
     for (let i = 0; i < 1_000; i++) {
@@ -118,7 +110,7 @@ describe('what a release commits', () => {
     const one = newPool(1);
     try {
       // Nothing waits here: no LISTEN, which a pool of one connection could not also carry.
-      const service = new PostgresLockService({ pool: one, schema, listen: false });
+      const service = new PostgresLockService({ pool: one, schema: tables.name, listen: false });
       const client = new LockClient(service);
       await cycles(client, 3, 0);
       // The pool's only connection ran the three releases: none left its setting behind.
@@ -130,7 +122,9 @@ describe('what a release commits', () => {
       try {
         await connection.query('BEGIN');
         // A release of nothing (no such owner) still runs the function's body.
-        await connection.query(`SELECT * FROM "${schema}".dlock_release('l', 'nobody-here', 0, 'nobody', 1)`);
+        await connection.query(
+          `SELECT * FROM "${tables.name}".dlock_release('l', 'nobody-here', 0, 'nobody', 1)`,
+        );
         const inside = await connection.query("SELECT current_setting('synchronous_commit') AS s");
         await connection.query('COMMIT');
         const after = await connection.query("SELECT current_setting('synchronous_commit') AS s");
