@@ -53,12 +53,14 @@ export class Leftovers {
 
   /**
    * Remembers `path`, deleted only if a read of it passes `check`: a node whose name another attempt (or session)
-   * may have taken since, such as a semaphore's slot.
+   * may have taken since, such as a semaphore's slot. Checks of one path add up: two claims of the session may each
+   * have left the same slot unsure, and the node, whichever of them made it, is to go.
    */
   addChecked(session: Session, path: string, check: NodeCheck): void {
     const nodes = this.#nodesOf(session);
     if (!nodes) return;
-    nodes.checked.set(path, check);
+    const earlier = nodes.checked.get(path);
+    nodes.checked.set(path, earlier === undefined ? check : (read) => earlier(read) || check(read));
     this.#due(session, nodes);
   }
 
