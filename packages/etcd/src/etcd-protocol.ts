@@ -71,22 +71,25 @@ export class EtcdProtocol extends EtcdDriver<HeldLock> implements QueueDriver<Cl
    * makes us the holder (the uncontended path is one put). Otherwise it reads our key as it was, rewrites it, and
    * reads the holder and the two newest keys (the second newest is the one to watch). A key of ours found already
    * there is stale — left by an attempt whose delete failed or whose answer was lost — and its create revision may
-   * be an old grant's fencing token: it is deleted and written afresh, never adopted.
+   * be an old grant's fencing token: it is deleted and written afresh, never adopted. Unless it is this write's own:
+   * etcd3 sends a write again after a connection reset, even one etcd applied, and the copy that answers then finds
+   * the key the first copy made. That key keeps its place in the queue (see `isStale`).
    */
   async enqueue(claim: Claim): Promise<Standing<Wait>> {
     const { request } = claim;
     const { lease, refresh } = await this.session.forAcquire(request.ttlMs, claim.startedAt, request.signal);
     claim.lease = lease;
     let sentAt = this.clock.monotonic();
+    const before = this.txns.newestRevision();
     let response: TxnResponseLike;
     try {
       response = await this.#write(claim, lease);
-      if (!response.succeeded && rangeKvs(response, 0).length > 0) {
+      if (isStale(response, lease, before)) {
         await this.txns.deleteKey(claim.key, claim.revision, { signal: request.signal });
         claim.revision = 0n;
         sentAt = this.clock.monotonic();
         response = await this.#write(claim, lease);
-        if (!response.succeeded && rangeKvs(response, 0).length > 0) return GONE;
+        if (isStale(response, lease, before)) return GONE;
       }
     } catch (error) {
       // Not awaited: a refresh whose answer is lost must not hold up taking our key back.
@@ -286,6 +289,19 @@ export class EtcdProtocol extends EtcdDriver<HeldLock> implements QueueDriver<Cl
     claim.slotFreed = true;
     this.#slots.free(claim.request.name, claim.slot);
   }
+}
+
+/**
+ * Whether the enqueue write found a key of ours that an earlier attempt left. A key it found on its own lease and
+ * created after `before` (the newest revision any answer had shown when it was sent) is the one an earlier copy of
+ * the same write made: any key of an earlier attempt on the same lease (a session) has a create revision some answer
+ * showed first, since its slot is reused only once that revision is known.
+ */
+function isStale(response: TxnResponseLike, lease: TrackedLease, before: bigint): boolean {
+  if (response.succeeded) return false;
+  const found = rangeKvs(response, 0)[0];
+  if (found === undefined) return false;
+  return found.lease !== lease.id || BigInt(found.create_revision) <= before;
 }
 
 /** Create revision of our key after the write: the transaction's own revision if it succeeded, else its re-read. */

@@ -129,7 +129,14 @@ export class Txns {
         sent.then(answered, failed);
         return sent;
       },
-      { signal: claim.request.signal, onLate },
+      {
+        signal: claim.request.signal,
+        // Seen as any answer is: a key whose revision a late answer told us is older than any write sent after it.
+        onLate: (late) => {
+          this.#saw(late);
+          onLate(late);
+        },
+      },
     );
     this.#saw(response);
     return response;
@@ -146,6 +153,14 @@ export class Txns {
   ): Promise<TxnResponseLike> {
     const compare = revision === undefined ? [] : [createdAt(key, revision)];
     return this.run('release', { compare, success: [{ request_delete_range: { key } }] }, options);
+  }
+
+  /**
+   * The newest store revision any answer showed, however long ago: a write sent after now is applied at a later one,
+   * and every key whose create revision this driver learned has an earlier or equal one.
+   */
+  newestRevision(): bigint {
+    return this.#seen.revision;
   }
 
   /** The revision to start a watch from, if a response showed one within the last second. */

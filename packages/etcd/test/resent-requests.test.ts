@@ -1,4 +1,4 @@
-import { LockClient } from '@dlock/core';
+import { LockClient, type LockHandle } from '@dlock/core';
 import { EtcdLockService } from '@dlock/etcd';
 import { ETCD_ENDPOINT } from '@dlock/test-utils';
 import { Etcd3 } from 'etcd3';
@@ -14,7 +14,12 @@ import { queuedKeys, semaphoreKeys } from './semaphore-helpers.js';
 const etcd = new Etcd3({ hosts: ETCD_ENDPOINT });
 afterAll(() => etcd.close());
 
-type Match = { txn?: (request: TxnRequestLike) => boolean; revoke?: boolean };
+type Match = {
+  txn?: (request: TxnRequestLike) => boolean;
+  revoke?: boolean;
+  /** Runs after the first copy of a matched transaction is applied, before the second is sent. */
+  between?: () => Promise<void>;
+};
 
 /** The real client, except that the first request `match` picks (once armed) is applied twice. */
 function sentTwice(match: Match, armed = true): { client: EtcdClientLike; arm: () => void } {
@@ -25,6 +30,7 @@ function sentTwice(match: Match, armed = true): { client: EtcdClientLike; arm: (
         if (pending && match.txn?.(request)) {
           pending = false;
           await etcd.kv.txn(request, options);
+          await match.between?.();
         }
         return etcd.kv.txn(request, options);
       },
@@ -168,6 +174,61 @@ for (const session of [true, false]) {
       } finally {
         await locks.close();
         await service.close();
+      }
+    });
+
+    it('a waiter whose enqueue was sent twice keeps the place of the first copy, ahead of a later waiter', async () => {
+      const name = lockName('resent-place');
+      const others = new EtcdLockService({ client: etcd, prefix: TEST_PREFIX, session });
+      const otherLocks = new LockClient(others);
+      const granted: string[] = [];
+      let later: Promise<LockHandle> | undefined;
+      let queued = false;
+      const { client, arm } = sentTwice(
+        {
+          txn: isLockWrite,
+          // B queues after the first copy of A's write was applied, before etcd3 sends it again.
+          between: async () => {
+            later = otherLocks.acquire(name, { ttlMs: 5_000, waitMs: 10_000 }).then((lock) => {
+              granted.push('B');
+              return lock;
+            });
+            queued = await waitUntil(async () => (await queueLength(etcd, TEST_PREFIX, name)) === 3, 3_000);
+          },
+        },
+        false,
+      );
+      const service = new EtcdLockService({ client, prefix: TEST_PREFIX, session });
+      const locks = new LockClient(service);
+      try {
+        const holder = await otherLocks.acquire(name, { ttlMs: 5_000 });
+        arm();
+        const first = locks.acquire(name, { ttlMs: 5_000, waitMs: 10_000 }).then((lock) => {
+          granted.push('A');
+          return lock;
+        });
+        expect(await waitUntil(() => queued, 3_000)).toBe(true);
+        const second = later as Promise<LockHandle>;
+        // Whatever A's answer to the second copy leads to, its key is written again or kept: three keys.
+        expect(await waitUntil(async () => (await queueLength(etcd, TEST_PREFIX, name)) === 3, 3_000)).toBe(
+          true,
+        );
+        await holder.release();
+        await Promise.race([first, second]);
+        expect(granted).toEqual(['A']);
+        const a = await first;
+        await a.release();
+        const b = await second;
+        expect(granted).toEqual(['A', 'B']);
+        // A's token is the first copy's create revision, written before B's key.
+        expect(a.fencingToken).toBeLessThan(b.fencingToken);
+        await b.release();
+        expect(await queueLength(etcd, TEST_PREFIX, name)).toBe(0);
+      } finally {
+        await locks.close();
+        await service.close();
+        await otherLocks.close();
+        await others.close();
       }
     });
 
