@@ -101,7 +101,10 @@ export class ClusterRenewals {
       ttlMs,
       index,
     }));
-    const results: RenewResult[] = [];
+    // As long as the requests from the start: a group that fails leaves holes (no result for its locks alone). Grown
+    // by assignment instead, it came out short whenever the failed group's locks were the last ones, and core, seeing
+    // fewer results than leases, failed the whole batch: the healthy masters' locks too.
+    const results = new Array<RenewResult>(requests.length);
     const renewGroup = async (group: readonly IndexedItem[], retry: boolean): Promise<void> => {
       const codes = await this.#renewGroup(group, signal);
       const moved: IndexedItem[] = [];
