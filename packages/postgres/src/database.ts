@@ -35,7 +35,7 @@ export interface QueryOptions {
  * socket stays open without an error): kept, it would hold its place in the pool and queue every later statement on
  * it, and the pool would never recover. Twice the bound leaves a slow but live statement room to finish.
  */
-const DEAD_CONNECTION_BOUNDS = 2;
+export const DEAD_CONNECTION_BOUNDS = 2;
 
 /** The one connection a service listens on, while it listens. */
 export interface Listening {

@@ -226,7 +226,8 @@ export class PostgresLockService implements LockService {
   }
 
   /**
-   * Ends pending acquires (what they queued is removed), stops listening and waits for pending clean-ups. Idempotent.
+   * Ends pending acquires (what they queued is removed, once any statement of theirs still running has finished: at
+   * most twice `requestTimeoutMs`), stops listening and waits for pending clean-ups. Idempotent.
    * Does not end the pool, which the caller owns, and does not release held locks: their holders' `LockClient`s do
    * that, or the leases run out. Every call after close rejects with a `ClientClosedError` (code `CLIENT_CLOSED`).
    */

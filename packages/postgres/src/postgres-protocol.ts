@@ -13,7 +13,7 @@ import {
   TransportError,
 } from '@dlock/core';
 import type { QueueDriver, Standing, WakeSignal } from '@dlock/core/adapter';
-import type { Database, Row } from './database.js';
+import { type Database, DEAD_CONNECTION_BOUNDS, type Row } from './database.js';
 import { unexpectedRow } from './errors.js';
 import type { PostgresReleaseWatch } from './postgres-release-watch.js';
 import type { PostgresStatements } from './sql.js';
@@ -49,6 +49,8 @@ export interface Claim {
   placed: boolean;
   /** Statements of this claim still running on the server side, including ones the caller gave up on. */
   inFlight: number;
+  /** Called when `inFlight` drops to 0: a leave waiting for the statements it must undo. */
+  onIdle: (() => void) | undefined;
   /** Round trip of the last statement that answered. */
   roundTripMs: number;
   /** The next look-again delay while no notice can arrive. */
@@ -146,6 +148,7 @@ export class PostgresProtocol implements QueueDriver<Claim, Wait> {
       wake: queue && this.#db.canListen ? this.#watch.register(id) : undefined,
       placed: false,
       inFlight: 0,
+      onIdle: undefined,
       roundTripMs: 0,
       fallbackMs: FALLBACK_MIN_MS,
     };
@@ -177,13 +180,17 @@ export class PostgresProtocol implements QueueDriver<Claim, Wait> {
   }
 
   /**
-   * The leave statement, by the claim's id: the owner-checked undo of an abandoned or failed attempt. While a
-   * statement of the claim that was given up on may still commit (its grant or its waiter row would land after
-   * this delete), the try counts as failed, so core's background retries run it again after that one settles.
+   * The leave statement, by the claim's id: the owner-checked undo of an abandoned or failed attempt. A statement
+   * of the claim that was given up on may still commit (its grant or its waiter row would land after this delete),
+   * so the delete waits for it to settle first, at most as long as pg lets a written statement run. The wait is in
+   * the try itself, not between retries: `close()` lets a running try finish but starts no new one, and a grant
+   * landing after a closed service's only try would stay, held by nobody, for its whole TTL. Should the statement
+   * still be running after that, the try counts as failed, so core's background retries run it again.
    */
   async leave(claim: Claim): Promise<void> {
     this.#watch.unregister(claim.id);
     if (!claim.placed) return;
+    if (claim.inFlight > 0) await this.#settled(claim);
     const { kind } = claim.target;
     const rows = await this.#db.query('leave queue', this.#sql.leave, [kind, claim.request.name, claim.id], {
       timeoutMs: Math.min(this.#db.timeoutMs, CLEANUP_TRY_MS),
@@ -194,6 +201,23 @@ export class PostgresProtocol implements QueueDriver<Claim, Wait> {
       throw new TransportError('PostgreSQL acquire: a statement given up on may still commit');
     }
     claim.placed = false;
+  }
+
+  /** Resolves once the claim has no statement running, or after pg's own bound on one has passed. */
+  async #settled(claim: Claim): Promise<void> {
+    const timer = new AbortController();
+    const idle = new Promise<void>((resolve) => {
+      claim.onIdle = resolve;
+    });
+    try {
+      await Promise.race([
+        idle,
+        this.#db.clock.sleep(DEAD_CONNECTION_BOUNDS * this.#db.timeoutMs, timer.signal, { unref: true }),
+      ]);
+    } finally {
+      claim.onIdle = undefined;
+      timer.abort();
+    }
   }
 
   /** Renews each lease whose owner and token still hold its row, in one statement per thousand leases. */
@@ -329,7 +353,7 @@ export class PostgresProtocol implements QueueDriver<Claim, Wait> {
       {
         signal,
         onSettled: () => {
-          claim.inFlight--;
+          if (--claim.inFlight === 0) claim.onIdle?.();
         },
       },
     );

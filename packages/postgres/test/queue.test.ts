@@ -228,4 +228,55 @@ describe('close', () => {
     await holder.release();
     await other.close();
   });
+
+  it.each([
+    ['a lock, tryAcquire', 'l', 0],
+    ['a lock, waiting', 'l', 20_000],
+    ['a semaphore', 's', 20_000],
+  ] as const)(
+    'an acquire statement still running when close() ends its call grants nothing that stays (%s)',
+    async (_, kind, waitMs) => {
+      const service = new PostgresLockService({ pool, schema: tables.name, requestTimeoutMs: 1_000 });
+      const name = `close-in-flight-${kind}-${waitMs}`;
+      const request = { name, ownerId: 'o', ttlMs: 30_000, waitMs: 0, signal, permits: 1 };
+      const take = (r: typeof request) => (kind === 'l' ? service.acquire(r) : service.acquirePermit(r));
+      const first = await take(request);
+      if (!first.acquired) throw new Error('not acquired');
+      const { ownershipToken, fencingToken } = first.grant;
+      await service.release({
+        name,
+        ownerId: 'o',
+        ownershipToken,
+        fencingToken,
+        ...(kind === 's' ? { slot: 0 } : {}),
+      });
+      // An outside transaction holds the row the acquire statement locks first (the name's token row, or the
+      // semaphore's admission row), so the statement is still running on the server when close() ends its call.
+      const blocker = await pool.connect();
+      await blocker.query('BEGIN');
+      await blocker.query(
+        `SELECT 1 FROM "${tables.name}".dlock_tokens WHERE kind = $1 AND name = $2 AND slot = $3 FOR UPDATE`,
+        [kind, name, kind === 'l' ? 0 : -1],
+      );
+      const pending = take({ ...request, waitMs });
+      pending.catch(() => {});
+      await sleep(200);
+      const closing = service.close();
+      // Let go within the statement's own bound: it grants, after the call that sent it was ended.
+      await sleep(300);
+      await blocker.query('COMMIT');
+      blocker.release();
+      await closing;
+      await expect(pending).rejects.toMatchObject({ code: 'CLIENT_CLOSED' });
+      // The statement, no longer blocked, commits at once: count after it has.
+      await sleep(200);
+      // Not a 30 s lease held by nobody, nor a waiter row ahead of everyone: another service takes it at once.
+      expect(await rowsOf('leases', name)).toBe(0);
+      expect(await rowsOf('waiters', name)).toBe(0);
+      const other = new PostgresLockService({ pool, schema: tables.name, listen: false });
+      const next = kind === 'l' ? await other.acquire(request) : await other.acquirePermit(request);
+      expect(next.acquired).toBe(true);
+      await other.close();
+    },
+  );
 });
