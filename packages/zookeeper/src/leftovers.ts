@@ -30,13 +30,16 @@ export interface LeftoversDeps {
  * that comes back under the same session id finds its ephemeral nodes still there, blocking other processes for as
  * long as the caller's client lives. They are deleted as soon as the client is connected under that session again
  * (at once, if it never stopped being), and forgotten once it has another session or none (then the server
- * deleted them). A client this adapter made needs none of this: it is closed with its session.
+ * deleted them). That goes on after the service closed: a caller's client that was disconnected then may come back
+ * under the session later. A client this adapter made needs none of this: it is closed with its session.
  */
 export class Leftovers {
   readonly #deps: LeftoversDeps;
   readonly #bySession = new Map<string, Nodes>();
   readonly #sweeping = new Map<string, Promise<void>>();
   #closed = false;
+  /** Set by `close()`: called once nothing is left to delete or sweeping. */
+  #whenDone: (() => void) | undefined;
 
   constructor(deps: LeftoversDeps) {
     this.#deps = deps;
@@ -88,6 +91,7 @@ export class Leftovers {
       if (id !== sessionId) this.#bySession.delete(id);
     }
     if (sessionId !== undefined) void this.sweep(sessionId);
+    else this.#checkDone();
   }
 
   /** Deletes what it can of one session's nodes now; what fails waits for the next reconnect. */
@@ -102,6 +106,7 @@ export class Leftovers {
       this.#sweeping.delete(sessionId);
       // Added between the last pass and now, with no sweep scheduled for it.
       if (this.#bySession.get(sessionId)?.dirty) void this.sweep(sessionId);
+      else this.#checkDone();
     });
     this.#sweeping.set(sessionId, run);
     return run;
@@ -112,16 +117,29 @@ export class Leftovers {
     await Promise.allSettled([...this.#bySession.keys()].map((id) => this.sweep(id)));
   }
 
-  /** After the service closed: nothing more is taken on or deleted. */
-  close(): void {
+  /**
+   * After the service closed: nothing more is taken on, but what is left is still deleted on the client's next
+   * connect under its session (or forgotten, see {@link connected}), so that a caller's client that reconnects
+   * later does not keep a grant nobody holds. `done` is called once nothing is left (at once if nothing is): the
+   * client's state need not be followed any more.
+   */
+  close(done: () => void): void {
     this.#closed = true;
-    this.#bySession.clear();
+    this.#whenDone = done;
+    this.#checkDone();
+  }
+
+  #checkDone(): void {
+    const done = this.#whenDone;
+    if (!done || this.#bySession.size > 0 || this.#sweeping.size > 0) return;
+    this.#whenDone = undefined;
+    done();
   }
 
   /** One pass over what is known now; true if more was added meanwhile and the client is still there for it. */
   async #sweepOnce(sessionId: string): Promise<boolean> {
     const nodes = this.#bySession.get(sessionId);
-    if (!nodes || this.#closed) return false;
+    if (!nodes) return false;
     nodes.dirty = false;
     const sweeper = this.#deps.sweeperFor(sessionId);
     if (!sweeper) return false;

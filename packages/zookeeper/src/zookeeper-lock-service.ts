@@ -331,7 +331,9 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
   /**
    * Idempotent. Lets pending acquires leave their queues, deletes lock parents it no longer uses, and ends its
    * session: with `connectionString` by closing the client (ZooKeeper deletes the session's nodes); with `client`
-   * by deleting the nodes it holds, leaving the client open.
+   * by deleting the nodes it holds, leaving the client open. Nodes it cannot delete now (that client is not
+   * connected under the session, or the server does not answer) are deleted once the client is connected under
+   * that session again, and forgotten once it has another session; close() does not wait for that.
    */
   close(): Promise<void> {
     this.#closed ??= this.#close();
@@ -444,8 +446,10 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
         ]);
       }
     }
-    this.#leftovers.close();
     this.#sessions.close();
+    // A caller's client that is not connected under its session now may come back under it later, with the nodes
+    // still there: its state is followed until they are deleted or that session is over (no timer, no wait here).
+    this.#leftovers.close(() => this.#sessions.letGoOfCaller());
     // Requests still unanswered (a heartbeat, a background delete) are over: the service is.
     const stopping = this.#cleanups.close();
     this.#deadlines.stop(new ZooKeeperServiceClosedError());

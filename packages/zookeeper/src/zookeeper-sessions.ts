@@ -202,9 +202,16 @@ export class Sessions {
     return this.#session(client);
   }
 
-  /** After the service closed: closes the client it made, lets go of a client passed in. */
+  /**
+   * After the service closed: closes the client it made. A client passed in is still followed for
+   * `callerConnected` (it may come back under a session whose nodes are left over) until {@link letGoOfCaller}.
+   */
   close(): void {
     if (this.#owned) this.#retire(this.#owned);
+  }
+
+  /** Removes the listener on a client passed in: nothing of its sessions is left to delete. */
+  letGoOfCaller(): void {
     if (this.#o.client) this.#detach(this.#o.client);
   }
 

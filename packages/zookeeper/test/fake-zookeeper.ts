@@ -81,6 +81,11 @@ export class FakeZooKeeper implements ZooKeeperClientLike {
     return this;
   }
 
+  /** State listeners added and not removed. */
+  get stateListeners(): number {
+    return this.#stateListeners.size;
+  }
+
   /** Moves to `state` and tells the listeners, as the client does. */
   setState(state: ZooKeeperStateLike): void {
     this.#state = state;

@@ -154,3 +154,78 @@ describe('the nodes of a session given up on, with a client passed in', () => {
     expect(nodes()).toEqual([]);
   });
 });
+
+describe('close() while the client passed in is not connected under the session', () => {
+  /** A service holding `a` and `b`, closed while its client is disconnected: close() settles, the nodes stay. */
+  async function closedWhileDisconnected() {
+    const s = await setup();
+    await s.acquire('a');
+    await s.acquire('b');
+    s.zk.setState(DISCONNECTED);
+    const closing = s.service.close();
+    await s.clock.advance(0);
+    await closing;
+    expect(s.nodes()).toHaveLength(2); // nothing could be sent
+    expect(s.zk.stateListeners).toBe(1); // still followed, for them
+    expect(s.clock.pendingTimers).toBe(0);
+    return s;
+  }
+
+  it('its nodes are deleted when the client reconnects under that session, and the client is let go', async () => {
+    const { clock, zk, nodes } = await closedWhileDisconnected();
+    const before = zk.calls.length;
+    zk.setState(CONNECTED);
+    await clock.advance(0);
+    expect(nodes()).toEqual([]);
+    expect(zk.calls.slice(before).filter((c) => c.startsWith('delete'))).toHaveLength(2);
+    expect(zk.stateListeners).toBe(0);
+  });
+
+  it('a delete that goes unanswered after close() is bounded, and retried on the next reconnect', async () => {
+    const { clock, zk, nodes } = await closedWhileDisconnected();
+    zk.silent = true;
+    zk.setState(CONNECTED);
+    await clock.advance(TIMEOUT); // past the request timeout
+    expect(clock.pendingTimers).toBe(0);
+    expect(nodes()).toHaveLength(2);
+    expect(zk.stateListeners).toBe(1);
+    zk.silent = false;
+    zk.setState(DISCONNECTED);
+    zk.setState(CONNECTED);
+    await clock.advance(0);
+    expect(nodes()).toEqual([]);
+    expect(zk.stateListeners).toBe(0);
+  });
+
+  it('its nodes are forgotten, with nothing sent, when the session expires', async () => {
+    const { clock, zk, nodes } = await closedWhileDisconnected();
+    zk.expireSession();
+    const before = zk.calls.length;
+    zk.setState(EXPIRED);
+    await clock.advance(0);
+    expect(nodes()).toEqual([]); // the server deleted them
+    expect(zk.calls.slice(before)).toEqual([]);
+    expect(zk.stateListeners).toBe(0);
+  });
+
+  it('its nodes are forgotten, with nothing sent, when the client comes back under another session', async () => {
+    const { clock, zk } = await closedWhileDisconnected();
+    zk.expireSession();
+    const before = zk.calls.length;
+    zk.setState(CONNECTED);
+    await clock.advance(0);
+    expect(zk.calls.slice(before)).toEqual([]);
+    expect(zk.stateListeners).toBe(0);
+  });
+
+  it('with nothing left over, close() lets the client go at once', async () => {
+    const { clock, zk, service, acquire } = await setup();
+    const lease = await acquire('a');
+    expect(await service.release(lease)).toBe(true);
+    zk.setState(DISCONNECTED);
+    const closing = service.close();
+    await clock.advance(0);
+    await closing;
+    expect(zk.stateListeners).toBe(0);
+  });
+});

@@ -1,0 +1,90 @@
+import type { EventEmitter } from 'node:events';
+import { startTcpProxy, uniqueName, ZK_CONNECT } from '@dlock/test-utils';
+import { afterEach, describe, expect, it } from 'vitest';
+import { lockParentPath, type ZooKeeperClientLike, ZooKeeperLockService } from '../src/index.js';
+import { semaphorePath } from '../src/keys.js';
+import { childrenOf, connectedClient, waitFor } from './helpers.js';
+
+// close() on a service whose caller's client is disconnected at that moment: the server keeps the session (the
+// connection comes back well within its timeout), and so the lock's grant and the permit's slot. They must go once
+// the client is connected under that session again, or the lock and the permit stay taken for as long as the
+// caller's client lives, by a service that is closed.
+const ROOT = '/dlock-test/close-disconnected';
+const SESSION_MS = 20_000; // long enough that the server keeps the session while the connection is cut
+const cleanups: (() => Promise<unknown> | unknown)[] = [];
+
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+function onClose<T extends { close(): unknown }>(item: T): T {
+  cleanups.push(() => item.close());
+  return item;
+}
+
+const stateListeners = (client: ZooKeeperClientLike): number =>
+  (client as unknown as EventEmitter).listenerCount('state');
+
+describe('close() while the caller-owned client is disconnected', () => {
+  it('the lock and the permit it held are freed once the client reconnects under the same session', {
+    timeout: 40_000,
+  }, async () => {
+    const proxy = onClose(await startTcpProxy({ targetPort: Number(ZK_CONNECT.split(':')[1]) }));
+    const own = onClose(await connectedClient(`127.0.0.1:${proxy.port}`, SESSION_MS));
+    const listenersBefore = stateListeners(own);
+    const service = onClose(new ZooKeeperLockService({ client: own, root: ROOT }));
+    const other = onClose(new ZooKeeperLockService({ connectionString: ZK_CONNECT, root: ROOT }));
+    const raw = onClose(await connectedClient(ZK_CONNECT));
+    const signal = new AbortController().signal;
+    const lock = uniqueName('lock');
+    const semaphore = uniqueName('sem');
+    const request = { ownerId: 'closed', ttlMs: SESSION_MS, waitMs: 0, signal };
+
+    expect((await service.acquire({ name: lock, ...request })).acquired).toBe(true);
+    expect((await service.acquirePermit({ name: semaphore, permits: 1, ...request })).acquired).toBe(true);
+    const sessionId = service.session?.id;
+    expect(await childrenOf(raw, lockParentPath(ROOT, lock))).toHaveLength(1);
+    expect(await other.availablePermits(semaphore, 1)).toBe(0);
+
+    // Cut the connection; the client keeps trying to reconnect and is refused, while the server keeps its session.
+    proxy.mode = 'refuse';
+    proxy.resetAll();
+    expect(await waitFor(() => own.getState().code === 0, 5_000)).toBe(true);
+
+    const startedAt = Date.now();
+    await service.close();
+    expect(Date.now() - startedAt).toBeLessThan(3_000);
+    // Nothing could be deleted: the nodes are still there.
+    expect(await childrenOf(raw, lockParentPath(ROOT, lock))).toHaveLength(1);
+    expect(await childrenOf(raw, `${semaphorePath(ROOT, semaphore)}/slots-1`)).toHaveLength(1);
+
+    proxy.mode = 'pass';
+    expect(
+      await waitFor(
+        () => own.getState().code === 3 && own.getSessionId().toString('hex') === sessionId,
+        10_000,
+        50,
+      ),
+    ).toBe(true);
+
+    // Another service takes both within a bound, although the caller's client (and its session) lives on.
+    const [lockTaken, permitTaken] = await Promise.all([
+      other.acquire({ name: lock, ownerId: 'other', ttlMs: SESSION_MS, waitMs: 5_000, signal }),
+      other.acquirePermit({
+        name: semaphore,
+        permits: 1,
+        ownerId: 'other',
+        ttlMs: SESSION_MS,
+        waitMs: 5_000,
+        signal,
+      }),
+    ]);
+    expect([lockTaken.acquired, permitTaken.acquired]).toEqual([true, true]);
+    // The closed service stopped following the client once its nodes were gone.
+    expect(await waitFor(() => stateListeners(own) === listenersBefore, 2_000)).toBe(true);
+    expect(own.getSessionId().toString('hex')).toBe(sessionId);
+    if (lockTaken.acquired) await other.release({ name: lock, ownerId: 'other', ...lockTaken.grant });
+    if (permitTaken.acquired)
+      await other.release({ name: semaphore, ownerId: 'other', ...permitTaken.grant });
+  });
+});
