@@ -9,12 +9,16 @@
  * suites (Redis: one per client, and the cluster; every backend: its elections and its semaphores), each its own
  * child process; `redis:ioredis` or `etcd:elections` runs one of them.
  * Each suite has a hard time cap; this runner kills a child that outlives it by its pid.
+ *
+ * The single-node Redis suites run pinned (`--placement`, lib/placement.mjs): the runner starts a private
+ * redis-server for them, pins it and the suite's process to CPUs, and stops it by its pid when they are done.
  */
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import net from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { ENDPOINTS } from './lib/env.mjs';
+import { PLACEMENTS, startPinnedRedis } from './lib/placement.mjs';
 
 const CHILD_CAP_MS = 20 * 60_000;
 
@@ -43,6 +47,9 @@ function answers({ host, port }) {
   });
 }
 
+/** Suites that run pinned, against the runner's private redis-server, unless the placement is free. */
+const PINNED = new Set(['redis:node-redis', 'redis:ioredis']);
+
 /** Each backend's suites, in running order: name → file under src/. */
 const SUITES = {
   redis: {
@@ -63,11 +70,15 @@ const SUITES = {
 
 const suiteFile = (file) => fileURLToPath(new URL(`./${file}`, import.meta.url));
 
-function runChild(backend, file, flags) {
+/** `pinned`: { cpu, env } to run the child on one CPU with extra environment (see `privateRedis`). */
+function runChild(backend, file, flags, pinned) {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [suiteFile(file), ...flags], {
+    const node = [process.execPath, suiteFile(file), ...flags];
+    const [command, ...argv] = pinned ? ['taskset', '-c', String(pinned.cpu), ...node] : node;
+    const child = spawn(command, argv, {
       cwd: fileURLToPath(new URL('..', import.meta.url)),
       stdio: 'inherit',
+      env: pinned ? { ...process.env, ...pinned.env } : process.env,
     });
     const cap = setTimeout(() => {
       process.stderr.write(
@@ -88,14 +99,17 @@ function runChild(backend, file, flags) {
 }
 
 const USAGE = `usage: node src/run.mjs [backend|backend:suite ...] [--quick] [--no-readme|--readme] [--provisional]
-                        [--scenarios=A,B,C] [--json=FILE] [--warmup=N]
+                        [--scenarios=A,B,C] [--json=FILE] [--warmup=N] [--placement=split|shared|free]
   backends: ${Object.keys(SUITES).join(', ')} (none named: every backend whose server answers)
   --quick        reduced sizes; not comparable with full runs, and leaves README.md alone
   --no-readme    leave README.md and results/ as they are (--readme: write them even with --quick)
   --provisional  mark the figures as taken on a busy machine
   --scenarios=   run only these scenarios (letters A, B, C)
   --json=FILE    also write each suite's results to FILE
-  --warmup=N     warm-up iterations per subject before (A) (default 200; 2000 reaches the JIT's steady state)
+  --warmup=N     warm-up iterations per subject before (A) (default 200, and 2000 in the single-node Redis
+                 suites: the JIT's steady state)
+  --placement=   where the single-node Redis suites and a private redis-server run: split (default: on two CPUs),
+                 shared (one CPU), free (nothing pinned, the server at DLOCK_BENCH_REDIS_URL)
 `;
 
 const args = process.argv.slice(2);
@@ -103,12 +117,15 @@ if (args.includes('--help') || args.includes('-h')) {
   process.stdout.write(USAGE);
   process.exit(0);
 }
-const flags = args.filter((a) => a.startsWith('-'));
+const placementFlag = args.find((a) => a.startsWith('--placement='));
+const flags = args.filter((a) => a.startsWith('-') && a !== placementFlag);
 const named = args.filter((a) => !a.startsWith('-'));
 // An unknown flag would reach the suites, which ignore it: a typo must not start a 20-minute run that means
 // something else.
 const FLAG = /^--(quick|no-readme|readme|provisional|scenarios=[ABC,]+|json=.+|warmup=\d+)$/i;
-const badFlag = flags.find((flag) => !FLAG.test(flag));
+const badFlag = [...flags, ...(placementFlag ? [placementFlag] : [])].find((flag) =>
+  flag === placementFlag ? !PLACEMENTS.includes(flag.slice('--placement='.length)) : !FLAG.test(flag),
+);
 if (badFlag !== undefined) {
   process.stderr.write(`[bench] unknown flag "${badFlag}"\n${USAGE}`);
   process.exit(2);
@@ -133,13 +150,21 @@ const wanted = Object.entries(SUITES).flatMap(([backend, suites]) =>
     .map(([suite, file]) => [backend, suite, file]),
 );
 
+/** The private redis-server of the pinned suites, started on first use (see lib/placement.mjs). */
+let redis;
+async function privateRedis() {
+  redis ??= await startPinnedRedis(placementFlag?.slice('--placement='.length) ?? 'split');
+  return redis.clientCpu === undefined ? undefined : { cpu: redis.clientCpu, env: redis.env };
+}
+
 let failed = 0;
 for (const [backend, suite, file] of wanted) {
   const label = suite === backend ? backend : `${backend}:${suite}`;
+  const pinned = PINNED.has(`${backend}:${suite}`) ? await privateRedis() : undefined;
   const { host, port } = servers[backend];
   const why = !existsSync(suiteFile(file))
     ? 'no suite yet'
-    : !(await answers(servers[backend]))
+    : !pinned && !(await answers(servers[backend]))
       ? `no server answers at ${host}:${port}`
       : undefined;
   if (why) {
@@ -148,10 +173,11 @@ for (const [backend, suite, file] of wanted) {
     continue;
   }
   process.stderr.write(`[bench] ${label}: starting\n`);
-  const code = await runChild(label, file, flags);
+  const code = await runChild(label, file, flags, pinned);
   if (code !== 0) {
     process.stderr.write(`[bench] ${label}: exited with ${code}\n`);
     failed += 1;
   }
 }
+await redis?.stop();
 process.exit(failed ? 1 : 0);

@@ -5,6 +5,7 @@
  * section, so the two clients' figures never share a heap or an event loop.
  */
 import { fmt, runSuite, sleep } from '../lib/index.mjs';
+import { describePlacement } from '../lib/placement.mjs';
 import { openServerProbe, REDIS_URL } from './server.mjs';
 import { singleNodeTargets } from './targets.mjs';
 
@@ -47,7 +48,9 @@ export async function runSingleNodeSuite({ family, subjects, peers = [], notes =
     title: `Redis on ${family}`,
     server: { name: 'Redis', version: probe.version, address: REDIS_URL },
     subjects: subjects(counters),
-    uncontended: { iterations: 3000, rounds: 10 },
+    // Measured at the JIT's steady state: with the default 200 warm-up cycles, the longer code paths are still being
+    // compiled in the measured rounds, and the figure moved by ±0.04× from run to run (see README, Placement).
+    uncontended: { iterations: 3000, rounds: 10, warmup: 2000 },
     contended: { workers: [8, 64], holdMs: 2, durationMs: 5000 },
     held: { locks: 1000, ttlMs: 3000, durationMs: 10_000 },
     targets: singleNodeTargets({ dlock: '@dlock/redis', family, peers }),
@@ -56,6 +59,8 @@ export async function runSingleNodeSuite({ family, subjects, peers = [], notes =
         'is one). *server commands*: `INFO commandstats` deltas, which also count the commands scripts run ' +
         'inside Redis and every other client of the server. *client CPU*: `process.cpuUsage()` of the bench process.',
       ...notes,
+      // The runner says where it pinned this process and its server; run on its own, a suite is not pinned.
+      process.env['DLOCK_BENCH_PLACEMENT'] ?? describePlacement({ name: 'free' }),
       backgroundNote,
     ],
     onClose: async () => {
