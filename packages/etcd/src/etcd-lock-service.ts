@@ -217,9 +217,10 @@ export class EtcdLockService implements LockService {
   }
 
   /**
-   * Gives up every lock this service holds (revoking its leases, bounded by `requestTimeoutMs`), ends pending
-   * acquires, closes its streams. Idempotent. Does not close the `etcd3` client, which the caller owns. Every call
-   * after (and acquires ended by) close rejects with a `ClientClosedError` (code `CLIENT_CLOSED`).
+   * Gives up every lock and permit this service holds (revoking its leases, bounded by `requestTimeoutMs`) and
+   * reports them lost to every `watchLeases` listener (a `LockClient` still open), ends pending acquires, closes its
+   * streams. Idempotent. Does not close the `etcd3` client, which the caller owns. Every call after (and acquires
+   * ended by) close rejects with a `ClientClosedError` (code `CLIENT_CLOSED`).
    */
   close(): Promise<void> {
     this.#closed ??= this.#close();
@@ -237,12 +238,19 @@ export class EtcdLockService implements LockService {
     await Promise.allSettled([...this.#acquiring]);
     this.#watches.close();
     this.#changes.clear();
-    const ownLeases = [...this.#protocol.grants.forgetAll(), ...this.#semaphores.grants.forgetAll()];
+    const locks = this.#protocol.grants.forgetAll();
+    const permits = this.#semaphores.grants.forgetAll();
+    // Told now, before the revokes go out: from here on the service neither renews nor releases these grants, and
+    // a LockClient still open on it must not keep reporting them held (for up to a TTL) while another client may
+    // already be granted them. Locks and permits alike, in both lease modes.
+    this.#reportLost([...locks.tokens, ...permits.tokens]);
+    // All at once, so that an unreachable etcd costs one request timeout, not two: a session's revoke takes every
+    // key on it, a queue key a clean-up in flight is still deleting included, so it need not wait for that delete.
     await Promise.allSettled([
       this.#cleanups.close(),
-      ...ownLeases.map((lease) => this.#session.revoke(lease)),
+      ...[...locks.ownLeases, ...permits.ownLeases].map((lease) => this.#session.revoke(lease)),
+      this.#session.close(),
     ]);
-    await this.#session.close();
   }
 
   async #inQueue<C, W>(driver: QueueDriver<C, W>, request: AcquireRequest): Promise<AcquireResult> {
@@ -269,6 +277,10 @@ export class EtcdLockService implements LockService {
   #sessionLost(tokens: readonly string[]): void {
     this.#protocol.grants.forgetLost(tokens);
     this.#semaphores.grants.forgetLost(tokens);
+    this.#reportLost(tokens);
+  }
+
+  #reportLost(tokens: readonly string[]): void {
     if (tokens.length === 0) return;
     for (const listener of [...this.#leaseListeners]) {
       try {

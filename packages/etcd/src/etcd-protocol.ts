@@ -46,7 +46,7 @@ export class EtcdProtocol extends EtcdDriver<HeldLock> implements QueueDriver<Cl
   readonly #slots = new Slots();
 
   constructor(parts: DriverParts) {
-    super(parts, { freed: (held) => this.#slots.free(held.name, held.keySlot), lostOnClose: true });
+    super(parts, { freed: (held) => this.#slots.free(held.name, held.keySlot) });
   }
 
   /** Names the claim's key: the lowest key number of the name free in this service (keys are reused, see keys.ts). */

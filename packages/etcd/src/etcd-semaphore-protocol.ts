@@ -59,10 +59,7 @@ export class EtcdSemaphoreProtocol
   readonly #numbers = new Slots();
 
   constructor(parts: DriverParts) {
-    super(parts, {
-      forgotten: (held) => this.#slots.hints.remove(held.hintKey, held.slot),
-      lostOnClose: false,
-    });
+    super(parts, { forgotten: (held) => this.#slots.hints.remove(held.hintKey, held.slot) });
     this.#slots = new PermitSlots<PermitClaim>(this.txns, parts.prefix, (claim) => this.#freeNumber(claim));
   }
 

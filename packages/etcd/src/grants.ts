@@ -22,11 +22,6 @@ export interface GrantKind<R extends GrantRecord> {
   readonly forgotten?: (record: R) => void;
   /** The grant's key is gone (with its lease), or its delete has settled. */
   readonly freed?: (record: R) => void;
-  /**
-   * Grants forgotten by close() stay counted on their session lease, so the session's end reports them lost
-   * (locks); otherwise they are taken off it first (permits).
-   */
-  readonly lostOnClose: boolean;
 }
 
 /**
@@ -171,14 +166,17 @@ export class Grants<R extends GrantRecord> {
     }
   }
 
-  /** Forgets every grant, returning the leases of their own that close() then revokes. */
-  forgetAll(): TrackedLease[] {
+  /**
+   * Forgets every grant, returning their ownership tokens, which close() reports lost, and the leases of their own
+   * that it then revokes.
+   */
+  forgetAll(): { readonly tokens: string[]; readonly ownLeases: TrackedLease[] } {
     const own = new Set(
       [...this.#records.values()].map((held) => held.lease).filter((lease) => !lease.session),
     );
-    if (this.#kind.lostOnClose) this.#records.clear();
-    else for (const token of [...this.#records.keys()]) this.forget(token);
-    return [...own];
+    const tokens = [...this.#records.keys()];
+    for (const token of tokens) this.forget(token);
+    return { tokens, ownLeases: [...own] };
   }
 }
 

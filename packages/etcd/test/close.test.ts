@@ -1,10 +1,11 @@
 import { performance } from 'node:perf_hooks';
-import { ClientClosedError, InvalidArgumentError, LockClient } from '@dlock/core';
+import { ClientClosedError, InvalidArgumentError, LockClient, LockLostError } from '@dlock/core';
 import { EtcdLockService } from '@dlock/etcd';
 import { ETCD_ENDPOINT, rejection } from '@dlock/test-utils';
 import { Etcd3 } from 'etcd3';
 import { afterAll, describe, expect, it } from 'vitest';
 import { lockName, queueLength, TEST_PREFIX, waitUntil } from './helpers.js';
+import { semaphoreKeys } from './semaphore-helpers.js';
 
 const etcd = new Etcd3({ hosts: ETCD_ENDPOINT });
 afterAll(() => etcd.close());
@@ -67,6 +68,66 @@ describe('a closed EtcdLockService', () => {
       await holderService.close();
     }
   });
+});
+
+describe('closing an EtcdLockService under an open LockClient', () => {
+  for (const session of [false, true, { ttlMs: 6_000 }] as const) {
+    it(`reports its locks and permits lost at once, and leaves no key of them or of its waiters (session: ${JSON.stringify(session)})`, {
+      timeout: 15_000,
+    }, async () => {
+      const othersService = new EtcdLockService({ client: etcd, keyPrefix: TEST_PREFIX });
+      const others = new LockClient(othersService);
+      const service = new EtcdLockService({ client: etcd, keyPrefix: TEST_PREFIX, session });
+      const locks = new LockClient(service);
+      const [lockKey, semaphore, busyLock, busySemaphore] = ['lock', 'sem', 'busy-lock', 'busy-sem'].map(
+        (label) => lockName(`close-open-${label}`),
+      ) as [string, string, string, string];
+      try {
+        const lost: string[] = [];
+        locks.events.on('lost', (event) => lost.push(`${event.name} ${event.reason}`));
+        // A TTL far longer than the test: a handle left held would stay so until its window closed.
+        const lock = await locks.acquire(lockKey, { ttlMs: 20_000 });
+        const permit = await locks.semaphore(semaphore, { permits: 1, ttlMs: 20_000 }).acquire();
+        const busy = await others.acquire(busyLock, { ttlMs: 20_000 });
+        const busyPermit = await others.semaphore(busySemaphore, { permits: 1, ttlMs: 20_000 }).acquire();
+        const waiting = rejection(locks.acquire(busyLock, { ttlMs: 20_000, waitMs: 10_000 }));
+        const waitingPermit = rejection(
+          locks.semaphore(busySemaphore, { permits: 1, ttlMs: 20_000 }).acquire({ waitMs: 10_000 }),
+        );
+        const queued = async (): Promise<boolean> =>
+          (await queueLength(etcd, TEST_PREFIX, busyLock)) === 2 &&
+          Object.keys(await semaphoreKeys(etcd, TEST_PREFIX, busySemaphore)).length === 2;
+        expect(await waitUntil(queued, 3_000)).toBe(true);
+
+        await service.close();
+
+        // Both kinds of grant are told the same, in every lease mode: the service gave them up.
+        expect(lock.isHeld()).toBe(false);
+        expect(permit.isHeld()).toBe(false);
+        expect(lost.sort()).toEqual([`${lockKey} rejected`, `${semaphore} rejected`].sort());
+        expect(await rejection(lock.release())).toBeInstanceOf(LockLostError);
+        expect(await rejection(permit.release())).toBeInstanceOf(LockLostError);
+        expect(await waiting).toBeInstanceOf(ClientClosedError);
+        expect(await waitingPermit).toBeInstanceOf(ClientClosedError);
+        // And it is so: nothing of this service is left in etcd, and another client takes both at once.
+        expect(await queueLength(etcd, TEST_PREFIX, lockKey)).toBe(0);
+        expect(await semaphoreKeys(etcd, TEST_PREFIX, semaphore)).toEqual({});
+        expect(await queueLength(etcd, TEST_PREFIX, busyLock)).toBe(1);
+        expect(Object.keys(await semaphoreKeys(etcd, TEST_PREFIX, busySemaphore))).toHaveLength(1);
+        const next = await others.tryAcquire(lockKey, { ttlMs: 20_000 });
+        const nextPermit = await others.semaphore(semaphore, { permits: 1, ttlMs: 20_000 }).tryAcquire();
+        expect(next).not.toBeNull();
+        expect(nextPermit).not.toBeNull();
+        await busy.release();
+        await busyPermit.release();
+      } finally {
+        await locks.close();
+        await service.close();
+        await others.close();
+        await othersService.close();
+      }
+    });
+  }
 });
 
 describe('election calls on a closed EtcdLockService', () => {

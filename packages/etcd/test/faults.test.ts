@@ -105,6 +105,53 @@ describe('etcd paused (SIGSTOP) past the TTL, private member', () => {
   });
 });
 
+describe('close() while etcd is paused (SIGSTOP), private member', () => {
+  for (const session of [false, true, { ttlMs: 6_000 }] as const) {
+    it(`settles within requestTimeoutMs with locks, permits and waiters of both (session: ${JSON.stringify(session)})`, {
+      timeout: 30_000,
+    }, async () => {
+      const cluster = await startEtcdCluster({ size: 1 });
+      teardown.push(() => cluster.stop());
+      const etcd = new Etcd3({ hosts: [...cluster.endpoints] });
+      teardown.push(() => etcd.close());
+      const options = { client: etcd, prefix: 'dlock-fault/', requestTimeoutMs: REQUEST_TIMEOUT_MS };
+      const othersService = new EtcdLockService(options);
+      const others = new LockClient(othersService);
+      const service = new EtcdLockService({ ...options, session });
+      const locks = new LockClient(service);
+      teardown.push(async () => {
+        await locks.close();
+        await others.close();
+        await othersService.close();
+      });
+      const [held, semaphore, busy, busySemaphore] = ['held', 'sem', 'busy', 'busy-sem'].map((label) =>
+        lockName(`close-paused-${label}`),
+      ) as [string, string, string, string];
+      await locks.acquire(held, { ttlMs: TTL_MS });
+      await locks.semaphore(semaphore, { permits: 1, ttlMs: TTL_MS }).acquire();
+      await others.acquire(busy, { ttlMs: TTL_MS });
+      await others.semaphore(busySemaphore, { permits: 1, ttlMs: TTL_MS }).acquire();
+      // Queued when etcd stops answering: closing ends them, and their keys' deletes then go unanswered too.
+      const waiters = [
+        locks.acquire(busy, { ttlMs: TTL_MS, waitMs: 20_000 }),
+        locks.semaphore(busySemaphore, { permits: 1, ttlMs: TTL_MS }).acquire({ waitMs: 20_000 }),
+      ].map((waiting) => waiting.catch(() => {}));
+      await sleep(300);
+      const member = cluster.members[0];
+      if (!member) throw new Error('no member');
+      member.process.pause();
+      try {
+        // The README's bound: one request timeout, whatever is held or queued (a little slack for timers).
+        const tookMs = await settlesWithin(service.close(), 3 * REQUEST_TIMEOUT_MS);
+        expect(tookMs).toBeLessThan(REQUEST_TIMEOUT_MS + 400);
+        await Promise.all(waiters);
+      } finally {
+        member.process.resume();
+      }
+    });
+  }
+});
+
 describe('3-member cluster, leader killed mid-run', () => {
   it('keeps tokens strictly increasing and holders never overlap', { timeout: 90_000 }, async () => {
     const cluster = await startEtcdCluster({ size: 3 });
