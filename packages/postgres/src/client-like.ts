@@ -56,12 +56,13 @@ export interface PgQueryConfigLike {
 
 /**
  * A `pg.Pool` (or anything with its `query` and `connect`): each statement runs on whichever connection is free.
- * Statements arrive as a config object ({@link PgQueryConfigLike}), DDL as a string.
+ * Every statement arrives as a config object ({@link PgQueryConfigLike}); the DDL of `ensureSchema` too, with no
+ * values, so that pg sends it as one simple query of several statements.
  */
 export interface PgPoolLike {
-  /** Runs SQL text; the service sends its DDL (`ensureSchema`) this way. */
+  /** Runs SQL text (pg's own overload; the service itself always sends a config object). */
   query(text: string, values?: unknown[]): Promise<PgQueryResultLike>;
-  /** Runs one statement as a query config; every lock statement is sent this way. */
+  /** Runs one statement as a query config (or the DDL, with no values); everything the service sends. */
   query(config: PgQueryConfigLike): Promise<PgQueryResultLike>;
   /** Checks a client out; the service keeps one for `LISTEN`. */
   connect(): Promise<PgListenClientLike>;

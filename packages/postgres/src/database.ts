@@ -150,7 +150,11 @@ export class Database {
   async script(what: string, text: string): Promise<void> {
     this.#statements++;
     const pool = this.#pool;
-    const run = isPGlite(pool) ? pool.exec(text) : pool.query(text);
+    // No values: pg sends it with the simple query protocol, which takes several statements. Given up on like any
+    // statement (query_timeout), so a reply lost for good does not keep its connection out of the pool.
+    const run = isPGlite(pool)
+      ? pool.exec(text)
+      : pool.query({ text, values: [], query_timeout: DEAD_CONNECTION_BOUNDS * this.timeoutMs });
     await boundedCall(
       () =>
         run.then(

@@ -178,6 +178,40 @@ describe('the network to the database fails (TCP fault proxy)', () => {
       await pool.end();
     }
   });
+
+  it('ensureSchema whose reply is lost gives its connection up like any statement, so the pool recovers', {
+    timeout: 20_000,
+  }, async () => {
+    // One connection: while it waits for a reply that will never come, nothing else can run.
+    const pool = poolTo(proxy.port, 1);
+    const service = new PostgresLockService({
+      pool,
+      schema,
+      listen: false,
+      requestTimeoutMs: REQUEST_TIMEOUT_MS,
+    });
+    try {
+      // The connection is open before the replies stop: the DDL itself is what goes unanswered.
+      await service.inspect('before-ddl');
+      proxy.dropReplies(true);
+      const lost = await settle(service.ensureSchema());
+      proxy.dropReplies(false);
+      expect(lost.outcome).toBe('TRANSPORT');
+      expect(lost.ms).toBeLessThan(REQUEST_TIMEOUT_MS + 200);
+      // pg gives the connection up twice a statement's bound after it was written, as it does for a statement.
+      const recoveredMs = await until(
+        async () => (await settle(service.inspect('after-ddl'))).outcome === 'ok',
+        5_000,
+      );
+      expect(recoveredMs).toBeDefined();
+    } finally {
+      proxy.dropReplies(false);
+      // Frees a connection still waiting for its reply, so that ending the pool cannot hang.
+      proxy.resetAll();
+      await service.close();
+      await pool.end();
+    }
+  });
 });
 
 describe('backends killed with pg_terminate_backend', () => {
