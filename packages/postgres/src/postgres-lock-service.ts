@@ -24,7 +24,7 @@ import { PostgresServiceClosedError } from './errors.js';
 import { type PostgresLockServiceOptions, positiveInt, resolveOptions } from './options.js';
 import { PostgresProtocol } from './postgres-protocol.js';
 import { PostgresReleaseWatch } from './postgres-release-watch.js';
-import { type PostgresStatements, postgresStatements } from './sql.js';
+import { assertStorableName, type PostgresStatements, postgresStatements } from './sql.js';
 
 /** Rows `sweep()` deletes per table and call, unless told otherwise. */
 const SWEEP_LIMIT = 1_000;
@@ -145,6 +145,7 @@ export class PostgresLockService implements LockService {
 
   async acquire(request: AcquireRequest): Promise<AcquireResult> {
     this.#assertOpen();
+    assertStorableName(request.name, 'request.name');
     return this.#inQueue(this.#locks, request);
   }
 
@@ -155,6 +156,7 @@ export class PostgresLockService implements LockService {
    */
   async acquirePermit(request: PermitRequest): Promise<AcquireResult> {
     this.#assertOpen();
+    assertStorableName(request.name, 'request.name');
     validatePermits(request.permits, 'request.permits');
     return this.#inQueue(this.#permits, request);
   }
@@ -162,6 +164,7 @@ export class PostgresLockService implements LockService {
   /** Free slots of the semaphore right now, in one statement (`PermitsMismatchError` as for `acquirePermit`). */
   async availablePermits(name: string, permits: number): Promise<number> {
     this.#assertOpen();
+    assertStorableName(name, 'name');
     validatePermits(permits, 'permits');
     return this.#locks.availablePermits(name, permits);
   }
@@ -172,6 +175,7 @@ export class PostgresLockService implements LockService {
    */
   async inspectPermits(name: string, permits: number): Promise<PermitsInfo> {
     this.#assertOpen();
+    assertStorableName(name, 'name');
     validatePermits(permits, 'permits');
     return this.#locks.inspectPermits(name, permits);
   }
@@ -205,6 +209,7 @@ export class PostgresLockService implements LockService {
   /** The live holder of `name` (owner id, token, metadata, time left by the server's clock) and its live waiters. */
   async inspect(name: string): Promise<LockInfo> {
     this.#assertOpen();
+    assertStorableName(name, 'name');
     return this.#locks.inspect(name);
   }
 

@@ -74,6 +74,22 @@ export function assertTablePrefix(prefix: unknown, field: string): string {
   return prefix;
 }
 
+/**
+ * A lock or semaphore name as this adapter stores it: a `text` value, which PostgreSQL cannot hold with a NUL
+ * character in it. Any other name core accepts is stored as it is. Refused before any I/O: sent, every statement on
+ * the name would fail with the server's encoding error, reported as a `TransportError` (the service unreachable),
+ * which retrying never mends.
+ */
+export function assertStorableName(name: string, field: string): string {
+  if (name.includes('\u0000')) {
+    throw new InvalidArgumentError(
+      field,
+      'must not contain the NUL character (U+0000): PostgreSQL text cannot hold it',
+    );
+  }
+  return name;
+}
+
 const quote = (identifier: string): string => `"${identifier}"`;
 
 /** The lease row's duration arithmetic: `$n` milliseconds as an interval. */

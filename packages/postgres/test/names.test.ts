@@ -1,0 +1,39 @@
+import { LockClient } from '@dlock/core';
+import { PostgresLockService } from '@dlock/postgres';
+import { describe, expect, it } from 'vitest';
+import { newPool, usePrivateSchema } from './helpers.js';
+
+const pool = newPool(4);
+const tables = usePrivateSchema(pool);
+
+describe('names', () => {
+  it('stores any name core accepts as it is, and refuses one with a NUL character before any I/O', async () => {
+    const service = new PostgresLockService({ pool, schema: tables.name, listen: false });
+    const client = new LockClient(service);
+    try {
+      for (const name of ['a\'b"c:d\\e', 'x'.repeat(1_024), '🔒 ключ']) {
+        const held = await client.acquire(name, { ttlMs: 5_000, waitMs: 0 });
+        expect((await client.inspect(name)).fencingToken).toBe(held.fencingToken);
+        await held.release();
+      }
+      const statements = service.statements;
+      const nul = 'jobs\u0000:42';
+      // PostgreSQL text cannot hold it: sent, every statement on the name failed as if the server were unreachable.
+      await expect(client.acquire(nul, { ttlMs: 5_000, waitMs: 0 })).rejects.toMatchObject({
+        code: 'INVALID_ARGUMENT',
+      });
+      await expect(client.acquire(nul, { ttlMs: 5_000, waitMs: 1_000 })).rejects.toMatchObject({
+        code: 'INVALID_ARGUMENT',
+      });
+      await expect(client.inspect(nul)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+      const semaphore = client.semaphore(nul, { permits: 2, ttlMs: 5_000 });
+      await expect(semaphore.acquire({ waitMs: 0 })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+      await expect(semaphore.available()).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+      await expect(semaphore.inspect()).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+      expect(service.statements).toBe(statements);
+    } finally {
+      await client.close();
+      await service.close();
+    }
+  });
+});
