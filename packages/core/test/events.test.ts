@@ -201,3 +201,44 @@ describe('kind on the other handle events', () => {
     expect(lost[0]?.heldMs).toBeGreaterThan(0);
   });
 });
+
+describe('a listener that throws what String() cannot convert', () => {
+  // `Object.create(null)` has no toString: the warning's text must not be what fails the lock operation.
+  const unprintable = (): never => {
+    throw Object.create(null);
+  };
+
+  it('a granted acquire still returns its handle', async () => {
+    const warn = vi.spyOn(process, 'emitWarning').mockImplementation(() => {});
+    try {
+      const clock = new FakeClock({ seed: 7 });
+      const client = new LockClient(new MemoryLockService({ clock }), { clock });
+      client.events.on('acquired', unprintable);
+      const handle = await client.acquire('a', { ttlMs: TTL });
+      expect(handle.isHeld()).toBe(true);
+      expect(String(warn.mock.calls[0]?.[0])).toMatch(
+        /acquired listener for lock "a" threw: a value String\(\)/,
+      );
+      await client.close();
+    } finally {
+      warn.mockRestore();
+    }
+  });
+
+  it('a loss still reaches onLost, and nothing is left unhandled', async () => {
+    const warn = vi.spyOn(process, 'emitWarning').mockImplementation(() => {});
+    try {
+      const { clock, faulty, client } = setup();
+      client.events.on('lost', unprintable);
+      const onLost = vi.fn();
+      const handle = await client.acquire('a', { ttlMs: TTL, onLost });
+      faulty.partition('fail');
+      await clock.advance(2 * TTL);
+      expect(handle.isHeld()).toBe(false);
+      expect(onLost).toHaveBeenCalledTimes(1);
+      await client.close();
+    } finally {
+      warn.mockRestore();
+    }
+  });
+});
