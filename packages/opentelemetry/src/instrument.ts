@@ -100,7 +100,7 @@ export function instrument(client: InstrumentableClient, options?: InstrumentOpt
       if (event.reason !== undefined) spanAttributes[ATTRIBUTES.reason] = event.reason;
       const end = now();
       const span = pastSpan(tracer, SPANS.acquire, end, event.waitedMs, spanAttributes);
-      if (outcome === 'error') failed(span, event.error);
+      if (outcome === 'error') failed(span, event.error, redactor(event.name, base));
       span.end(end);
     }),
     client.events.on('released', (event: LockEventMap['released']) => {
@@ -116,7 +116,7 @@ export function instrument(client: InstrumentableClient, options?: InstrumentOpt
         [ATTRIBUTES.heldMs]: event.heldMs,
         [ATTRIBUTES.releaseResult]: event.result,
       });
-      if (event.result === 'failed') failed(span, event.error);
+      if (event.result === 'failed') failed(span, event.error, redactor(event.name, base));
       span.end(end);
     }),
     client.events.on('lost', (event: LockEventMap['lost']) => {
@@ -166,11 +166,49 @@ function pastSpan(
   );
 }
 
-/** Marks a span failed with the error the call ended with. */
-function failed(span: Span, error: unknown): void {
-  if (error instanceof Error) span.recordException(error);
-  span.setStatus({
-    code: SpanStatusCode.ERROR,
-    message: error instanceof Error ? error.message : String(error),
-  });
+/**
+ * The errors a call ends with name the lock (`acquire "invoice:42" did not answer…`): recorded as they are, the
+ * status message and the exception event would carry every raw name the attributes leave out. Unless the mapping
+ * kept the name whole (the caller's decision to record names), each occurrence that is not part of a longer word
+ * becomes `<lock>`: a short name such as `a` must not take letters out of the words of the message.
+ */
+function redactor(name: string, base: Attributes): (text: string) => string {
+  if (name.length === 0 || base[ATTRIBUTES.name] === name) return (text) => text;
+  const escaped = name.replace(/[\\^$.*+?()[\]{}|/]/g, '\\$&');
+  let occurrence: RegExp;
+  try {
+    occurrence = new RegExp(`(?<![\\p{L}\\p{N}_])${escaped}(?![\\p{L}\\p{N}_])`, 'gu');
+  } catch {
+    // A name the pattern cannot hold: every occurrence goes, even inside a word; the name must not get through.
+    return (text) => text.split(name).join('<lock>');
+  }
+  return (text) => text.replace(occurrence, '<lock>');
+}
+
+/** `String(value)`, or a fixed text for a value that cannot be made a string (a null-prototype object). */
+function asText(value: unknown): string {
+  try {
+    return String(value);
+  } catch {
+    return 'a value that is not an Error';
+  }
+}
+
+/** Marks a span failed with the error the call ended with, its text passed through `redact`. */
+function failed(span: Span, error: unknown, redact: (text: string) => string): void {
+  let message: string;
+  if (error instanceof Error) {
+    message = redact(asText(error.message));
+    const code = (error as { code?: unknown }).code;
+    const exception: { name: string; message: string; code?: string | number; stack?: string } = {
+      name: asText(error.name),
+      message,
+    };
+    if (typeof code === 'string' || typeof code === 'number') exception.code = code;
+    if (typeof error.stack === 'string') exception.stack = redact(error.stack);
+    span.recordException(exception);
+  } else {
+    message = redact(asText(error));
+  }
+  span.setStatus({ code: SpanStatusCode.ERROR, message });
 }
