@@ -48,7 +48,10 @@ export interface PgQueryConfigLike {
   readonly name?: string;
   /** The statement's SQL. */
   readonly text: string;
-  /** The values bound to `$1`, `$2`… */
+  /**
+   * The values bound to `$1`, `$2`…: strings, numbers, arrays, null, and one object with pg's `toPostgres()` (an
+   * acquire statement's bound, read when pg writes the statement to a connection).
+   */
   readonly values: unknown[];
   /** pg's bound on the statement, in ms, after which the pool destroys the connection. */
   readonly query_timeout: number;

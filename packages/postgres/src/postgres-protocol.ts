@@ -321,8 +321,9 @@ export class PostgresProtocol implements QueueDriver<Claim, Wait> {
     const { signal } = request;
     if (signal.aborted) throw signal.reason;
     const clock = this.#db.clock;
+    const sentAt = clock.monotonic();
     // A waiter row need not outlive its wait: a crashed waiter with little wait left blocks the queue no longer.
-    const waitLeft = claim.startedAt + request.waitMs - clock.monotonic();
+    const waitLeft = claim.startedAt + request.waitMs - sentAt;
     const waiterLeaseMs = claim.queue
       ? Math.max(1, Math.min(this.waiterLeaseMs(request), Math.ceil(waitLeft) + this.#db.timeoutMs))
       : 0;
@@ -335,12 +336,12 @@ export class PostgresProtocol implements QueueDriver<Claim, Wait> {
       claim.queue ? this.#watch.channel : null,
     ];
     if (target.kind === 's') values.push(target.permits);
-    // The server's own bound on this statement: one that stalls there (a row lock, a paused backend) past the time
-    // this call waits for it writes nothing, so it cannot commit a grant after the caller gave up and cleaned up.
-    values.push(this.#db.timeoutMs);
+    // The server's own bound on this statement: one that stalls there (a row lock, a paused backend) or on its way
+    // there (no free connection in the pool) past the time this call waits for it writes nothing, so it cannot commit
+    // a grant after the caller gave up and cleaned up.
+    values.push(this.#db.boundLeft(sentAt));
     // Stored with the grant, for inspect.
     values.push(request.ownerId);
-    const sentAt = clock.monotonic();
     const noticesBefore = this.#watch.notices(claim.id);
     // From here until it settles, the statement may grant or queue: leave must run, and wait for it.
     const placedBefore = claim.placed;

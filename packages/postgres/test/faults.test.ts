@@ -354,6 +354,50 @@ describe('the pool exhausted', () => {
       await pool.end();
     }
   });
+
+  it('an acquire statement that waited for a connection past its bound grants nothing once sent, so close() leaves no lease', {
+    timeout: 20_000,
+  }, async () => {
+    // pg's default: a request for a connection waits in the pool's queue as long as it takes.
+    const pool = newPool(2);
+    const service = new PostgresLockService({
+      pool,
+      schema,
+      listen: false,
+      requestTimeoutMs: REQUEST_TIMEOUT_MS,
+    });
+    try {
+      // The application holds every connection: the acquire statement and its clean-up wait in the pool's queue.
+      const taken = [await pool.connect(), await pool.connect()];
+      const signal = new AbortController().signal;
+      const call = settle(
+        service.acquire({ name: 'queued-in-pool', ownerId: 'o', ttlMs: 30_000, waitMs: 0, signal }),
+      );
+      expect((await call).outcome).toBe('TRANSPORT');
+      await service.close();
+      // Given back, both connections take a queued statement at once: the acquire and its leave run side by
+      // side, so the leave cannot be what removes the grant.
+      for (const connection of taken) connection.release();
+      const settled = await until(
+        async () => pool.waitingCount === 0 && pool.idleCount === pool.totalCount,
+        3_000,
+      );
+      expect(settled).toBeDefined();
+      const live = await admin.query(
+        `SELECT count(*)::int AS n FROM "${schema}".dlock_leases
+          WHERE name = 'queued-in-pool' AND expires_at > clock_timestamp()`,
+      );
+      // Not a 30 s lease held by nobody, though the statement did run once it had a connection (it spent a token).
+      expect(live.rows[0].n).toBe(0);
+      const minted = await admin.query(
+        `SELECT count(*)::int AS n FROM "${schema}".dlock_tokens WHERE name = 'queued-in-pool'`,
+      );
+      expect(minted.rows[0].n).toBe(1);
+    } finally {
+      await service.close();
+      await pool.end();
+    }
+  });
 });
 
 describe("the client's wall clock steps", () => {
