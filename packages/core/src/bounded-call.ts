@@ -1,5 +1,5 @@
 import type { Clock } from './clock.js';
-import { isDLockError, TransportError } from './errors.js';
+import { isDLockError, TransportError, textOf } from './errors.js';
 
 const SUPERSEDED = Symbol('superseded');
 
@@ -334,7 +334,7 @@ class BoundedCall<T, R> extends Entry {
   #asDLockError(error: unknown): unknown {
     return isDLockError(error)
       ? error
-      : new TransportError(`${this.#options.what} failed: ${String(error)}`, { cause: error });
+      : new TransportError(`${this.#options.what} failed: ${textOf(error)}`, { cause: error });
   }
 
   /** Marks the call settled; false if it already was. */

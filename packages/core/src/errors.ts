@@ -40,6 +40,19 @@ export function isDLockError(value: unknown): value is Error & {
   return typeof value === 'object' && value !== null && (value as { [BRAND]?: unknown })[BRAND] === true;
 }
 
+/**
+ * @internal `String(value)` for a message, or a fixed text for a value that has none: `String()` throws on a
+ * null-prototype object or an error whose `toString` throws, and the message is built where a throw would leave a
+ * call unsettled (a promise reaction) or escape into the code that emitted an event.
+ */
+export function textOf(value: unknown): string {
+  try {
+    return String(value);
+  } catch {
+    return `a value String() cannot convert (${typeof value})`;
+  }
+}
+
 /** A public call received a value of the wrong type or range. Thrown before any network call. */
 export class InvalidArgumentError extends DLockError {
   /** Always `INVALID_ARGUMENT`. */

@@ -1,4 +1,4 @@
-import type { AcquireTimeoutReason, LostReason } from './errors.js';
+import { type AcquireTimeoutReason, type LostReason, textOf } from './errors.js';
 
 /** What a handle holds: a lock (elections' leaderships included, which are locks), or a semaphore's permit. */
 export type LockKind = 'lock' | 'permit';
@@ -127,19 +127,6 @@ export function handleEventBase(
     ? { name, fencingToken, at, kind: 'lock' }
     : { name, fencingToken, at, kind: 'permit', slot };
 }
-/**
- * What a callback threw, as text for the warning. `String()` itself throws on some values (a null-prototype object,
- * an error whose `toString` throws): here that would escape `emit` into the code that emitted the event (a renewal
- * tick, an acquire that was granted) and fail it, or crash the process.
- */
-function thrownText(error: unknown): string {
-  try {
-    return String(error);
-  } catch {
-    return `a value String() cannot convert (${Object.prototype.toString.call(error)})`;
-  }
-}
-
 /** A listener for the event `K`; what it throws is caught and reported as a `callback-error` event. */
 export type LockEventListener<K extends LockEventType> = (event: LockEventMap[K]) => void;
 
@@ -175,7 +162,7 @@ export class LockEvents {
       if (type === 'callback-error') {
         const e = event as LockEventMap['callback-error'];
         process.emitWarning(
-          `dlock: ${e.source} for lock "${e.name}" threw: ${thrownText(e.error)}`,
+          `dlock: ${e.source} for lock "${e.name}" threw: ${textOf(e.error)}`,
           'DLockWarning',
         );
       }

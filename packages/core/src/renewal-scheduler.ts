@@ -1,6 +1,6 @@
 import { boundedCall, type CallDeadlines } from './bounded-call.js';
 import type { Clock } from './clock.js';
-import { isDLockError, type LostReason, TransportError } from './errors.js';
+import { isDLockError, type LostReason, TransportError, textOf } from './errors.js';
 import { handleEventBase, type LockEvents } from './events.js';
 import type { Handle } from './handle.js';
 import { LinkedSet } from './linked-set.js';
@@ -154,7 +154,7 @@ export class RenewalScheduler {
     if (batch.length > 0) {
       // #renewBatch handles every failure itself; this catch only keeps a bug from becoming an unhandled rejection.
       this.#renewBatch(batch).catch((error: unknown) => {
-        process.emitWarning(`dlock: renewal batch failed unexpectedly: ${String(error)}`, 'DLockWarning');
+        process.emitWarning(`dlock: renewal batch failed unexpectedly: ${textOf(error)}`, 'DLockWarning');
       });
     }
     this.#arm();
@@ -191,7 +191,7 @@ export class RenewalScheduler {
         );
       }
     } catch (error) {
-      results = isDLockError(error) ? error : new TransportError(String(error), { cause: error });
+      results = isDLockError(error) ? error : new TransportError(textOf(error), { cause: error });
     }
     // All of them first: one bad result must not leave the others marked in flight for ever.
     for (const handle of handles) handle.renewInFlight = false;
@@ -275,5 +275,5 @@ function validResult(result: unknown): RenewResult | Error {
   if (typeof result === 'object' && result !== null && typeof (result as RenewResult).renewed === 'boolean') {
     return result as RenewResult;
   }
-  return new TransportError(`renew answered ${String(result)} for a lease`);
+  return new TransportError(`renew answered ${textOf(result)} for a lease`);
 }

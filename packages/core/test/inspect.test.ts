@@ -97,6 +97,48 @@ describe('client.inspect', () => {
   });
 });
 
+describe('a service that fails with a value String() cannot convert', () => {
+  // `Object.create(null)` has no toString. Its TransportError's message used to throw in the promise reaction that
+  // settles the call: the call never settled and the process had an unhandled rejection.
+  const unprintable = (): Promise<never> => Promise.reject(Object.create(null));
+
+  it('inspect and inspectPermits still settle, with a TransportError', async () => {
+    const clock = new FakeClock();
+    const memory = new MemoryLockService({ clock });
+    const service: LockService = {
+      ...withoutInspect(memory),
+      inspect: unprintable,
+      inspectPermits: unprintable,
+    };
+    const client = new LockClient(service, { clock, operationTimeoutMs: 1_000 });
+    const inspected = outcome(client.inspect('a'));
+    const permits = outcome(client.semaphore('pool', { permits: 2, ttlMs: TTL }).inspect());
+    await clock.advance(0);
+    expect(inspected.error).toBeInstanceOf(TransportError);
+    expect((inspected.error as Error).message).toBe(
+      'inspect "a" failed: a value String() cannot convert (object)',
+    );
+    expect(permits.error).toBeInstanceOf(TransportError);
+    await client.close();
+  });
+
+  it('a renewal that fails so is a failed renewal: the handle is lost as unreachable when its window closes', async () => {
+    const clock = new FakeClock();
+    const memory = new MemoryLockService({ clock });
+    const service: LockService = { ...withoutInspect(memory), renew: unprintable };
+    const client = new LockClient(service, { clock, operationTimeoutMs: 1_000 });
+    const failures: unknown[] = [];
+    client.events.on('renew-failed', (event) => failures.push(event.error));
+    const handle = await client.acquire('a', { ttlMs: TTL });
+    await clock.advance(2 * TTL);
+    expect(failures.length).toBeGreaterThan(0);
+    expect(failures[0]).toBeInstanceOf(TransportError);
+    expect(handle.isHeld()).toBe(false);
+    expect(handle.lostError?.reason).toBe('unreachable');
+    await client.close();
+  });
+});
+
 describe('semaphore.inspect', () => {
   it('lists the open permits by slot with owner, token, time left and metadata, and counts the waiters', async () => {
     const { client, makeClient, clock } = harness();
