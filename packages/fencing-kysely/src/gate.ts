@@ -10,7 +10,7 @@ import {
   type TransactionDriver,
 } from '@dlock/fencing-common';
 import type { Kysely, Transaction } from 'kysely';
-import { kyselyDriver, readMark } from './kysely-driver.js';
+import { kyselyDriver, readMark, resourceParameter } from './kysely-driver.js';
 import {
   type CheckFenceOptions,
   FENCING_OPTION_KEYS,
@@ -155,5 +155,5 @@ export async function highWaterMark<DB>(
   rejectUnknownKeys(options, 'options', FENCING_OPTION_KEYS);
   const checked = assertResource(resource);
   const gate = resolveGate(db, options);
-  return readMark(db, gate.sql.highWaterMark, checked);
+  return readMark(db, gate.sql.highWaterMark, resourceParameter(gate.dialect, checked));
 }

@@ -20,10 +20,12 @@ export function kyselyDriver<DB>(gate: Gate): TransactionDriver<Kysely<DB>, Tran
         await trx.executeQuery(CompiledQuery.raw(dialect.lockTimeout(call.lockTimeoutMs)));
       }
       const token = call.token.toString();
-      const parameters = sql.guardParameters.map((p) => (p === 'resource' ? call.resource : token));
+      const resource = resourceParameter(dialect, call.resource);
+      const parameters = sql.guardParameters.map((p) => (p === 'resource' ? resource : token));
       return dialect.verdict(await trx.executeQuery(CompiledQuery.raw(sql.guard, parameters)));
     },
-    lockedMark: (trx, call) => readMark(trx, sql.lockedHighWaterMark, call.resource),
+    lockedMark: (trx, call) =>
+      readMark(trx, sql.lockedHighWaterMark, resourceParameter(dialect, call.resource)),
     classify: (error) => dialect.classify(error),
     transaction(db, call, body) {
       const builder =
@@ -36,7 +38,12 @@ export function kyselyDriver<DB>(gate: Gate): TransactionDriver<Kysely<DB>, Tran
   };
 }
 
+/** What a statement binds for `resource` on `dialect`: the string, or what the dialect sends in its place. */
+export function resourceParameter(dialect: FencingDialect, resource: string): unknown {
+  return dialect.resourceParameter === undefined ? resource : dialect.resourceParameter(resource);
+}
+
 /** Reads a mark as text into a bigint, whatever number type the driver would have used. */
-export async function readMark<DB>(db: Kysely<DB>, text: string, resource: string): Promise<bigint | null> {
+export async function readMark<DB>(db: Kysely<DB>, text: string, resource: unknown): Promise<bigint | null> {
   return markFromRows((await db.executeQuery(CompiledQuery.raw(text, [resource]))).rows);
 }

@@ -230,6 +230,49 @@ describe('MariaDB', () => {
     }
   });
 
+  it("keeps one mark per name whatever character set the pool's connections use", async () => {
+    const { Kysely: K, MysqlDialect } = await import('kysely');
+    const open = (charset: string) =>
+      new K<unknown>({
+        dialect: new MysqlDialect({ pool: createMysqlPool({ uri: MYSQL_URL, connectionLimit: 1, charset }) }),
+      });
+    // cp1250 has none of these characters and utf8 (mb3) cannot hold the emoji; the default pool is utf8mb4.
+    const cp1250 = open('CP1250_GENERAL_CI');
+    const utf8mb3 = open('UTF8_GENERAL_CI');
+    try {
+      const prefix = fresh();
+      const [japan, china] = [`${prefix}/日本`, `${prefix}/中国`];
+      await fenced(cp1250, japan, 100n, noop, options);
+      // A distinct name is a distinct resource: its first write is accepted, not judged against 日本's mark.
+      await fenced(cp1250, china, 5n, noop, options);
+      expect(await highWaterMark(cp1250, china, options)).toBe(5n);
+      expect(await highWaterMark(db, japan, options)).toBe(100n);
+      expect(await highWaterMark(db, china, options)).toBe(5n);
+
+      // One name reaches one mark from every pool, so a stale token is refused through any of them.
+      const smile = `${fresh()}/\u{1F600}`;
+      await fenced(db, smile, 100n, noop, options);
+      for (const other of [utf8mb3, cp1250]) {
+        expect(await highWaterMark(other, smile, options)).toBe(100n);
+        const error = await rejection(fenced(other, smile, 5n, noop, options));
+        expect(error).toBeInstanceOf(StaleFencingTokenError);
+        expect(error).toMatchObject({ token: 5n, highWaterMark: 100n });
+      }
+      // And the bytes stored are the name's UTF-8 bytes, as the 1024-byte limit counts them.
+      const stored = await sql<{ bytes: string }>`SELECT HEX(resource) AS bytes FROM ${sql.table(
+        options.table,
+      )} WHERE last_token = 100 AND resource IN (${Buffer.from(japan)}, ${Buffer.from(smile)})`.execute(db);
+      expect(stored.rows.map((r) => r.bytes).sort()).toEqual(
+        [Buffer.from(japan).toString('hex'), Buffer.from(smile).toString('hex')]
+          .map((h) => h.toUpperCase())
+          .sort(),
+      );
+    } finally {
+      await cp1250.destroy();
+      await utf8mb3.destroy();
+    }
+  });
+
   it('a lock wait timeout (1205) on the fence row is FenceBusyError', async () => {
     const pool = createMysqlPool({ uri: MYSQL_URL, connectionLimit: 1 });
     pool.on('connection', (connection) => {

@@ -15,7 +15,10 @@ export interface FencingDialectSql {
   readonly dropTable: string;
   /** The guarded upsert; its parameters are listed in {@link guardParameters}. */
   readonly guard: string;
-  /** How the guard's parameters are laid out: each entry is `resource` or `token`. */
+  /**
+   * How the guard's parameters are laid out: each entry is `resource` or `token`. On MySQL bind the resource as
+   * its UTF-8 bytes (a `Buffer`), as the gate does, so the connection's character set cannot alter it.
+   */
   readonly guardParameters: readonly ('resource' | 'token')[];
   /** Reads the mark as text (parameter: resource). Not a lock; used by `highWaterMark()`. */
   readonly highWaterMark: string;
@@ -34,6 +37,11 @@ export interface FencingDialect {
   /** Interprets the guard statement's result; see `GuardVerdict`. */
   verdict(result: { readonly rows: readonly unknown[]; readonly numAffectedRows?: bigint }): GuardVerdict;
   classify(error: unknown): RetryableKind;
+  /**
+   * The value bound wherever a statement takes the resource; absent where the string itself is bound. MySQL binds
+   * the name's UTF-8 bytes, so the connection's character set cannot change which row a name reaches.
+   */
+  resourceParameter?(resource: string): unknown;
   /** The statement that bounds lock waits for the rest of the transaction; absent where there is none. */
   lockTimeout?(ms: number): string;
 }

@@ -40,6 +40,11 @@ ON DUPLICATE KEY UPDATE
       lockedHighWaterMark: `SELECT CAST(last_token AS CHAR) AS last_token FROM ${name} WHERE resource = ? FOR UPDATE`,
     });
   },
+  // mysql2 encodes string parameters in the pool's character set: under cp1250 or latin1 every character the set
+  // lacks became '?', so two names shared one row, and under utf8 (mb3) an emoji reached another row than through a
+  // utf8mb4 pool. Bytes are sent as a hex literal, untouched by any character set, and VARBINARY compares them as
+  // they are.
+  resourceParameter: (resource) => Buffer.from(resource, 'utf8'),
   // Affected rows: 2 = an existing row changed, which only happens when last_token <= token (write_count
   // moved), so accepted. 1 = inserted (accepted) or, with CLIENT_FOUND_ROWS (mysql2's default), matched but
   // unchanged (stale). 0 = unchanged without CLIENT_FOUND_ROWS (stale). Anything but 2 reads the locked mark.
