@@ -58,6 +58,16 @@ async function inTransaction<T>(
   try {
     await client.query(begin);
     value = await body(client);
+    // An idle client here means the callback sent COMMIT or ROLLBACK itself (a helper with its own transaction,
+    // say). Our COMMIT would then only warn and report success, while the mark was undone or the fence row
+    // unlocked early and the callback's later statements ran in autocommit, unfenced. pg reads the status from
+    // the ReadyForQuery that settled the last query, so after a statement that succeeded it is current.
+    if (client.getTransactionStatus?.() === 'I') {
+      throw new Error(
+        `the callback ended the transaction fenced on "${resource}" itself (COMMIT or ROLLBACK on its client): ` +
+          'what it ran after that was not fenced',
+      );
+    }
     commit = await client.query('COMMIT');
   } catch (error) {
     try {

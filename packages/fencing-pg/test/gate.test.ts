@@ -120,6 +120,41 @@ describe('FencingGate.run', () => {
     expect(await committedTokens(pool, dataTable, r)).toEqual([]);
   });
 
+  it('refuses to report success when the callback ended the fenced transaction itself', async () => {
+    // A callback that rolls back undoes the mark; what it writes next is not fenced at all.
+    const r = freshResource();
+    await gate.runFenced(pool, r, 10n, write(r, 10n));
+    const rolledBack = await rejection(
+      gate.runFenced(pool, r, 11n, async (tx) => {
+        await tx.query('ROLLBACK');
+        await write(r, 11n)(tx);
+        return 'looks fine';
+      }),
+    );
+    expect(rolledBack).toBeInstanceOf(Error);
+    expect(String(rolledBack)).toMatch(/ended the transaction/);
+    expect(await gate.highWaterMark(pool, r)).toBe(10n);
+
+    // A helper that commits on its own ends the fenced transaction early: the fence row is unlocked, a newer
+    // holder writes, and the older callback's next write lands after it. The gate cannot stop that write, but it
+    // must not say the callback ran fenced.
+    const s = freshResource();
+    const committedEarly = await rejection(
+      gate.runFenced(pool, s, 20n, async (tx) => {
+        await tx.query('BEGIN'); // only a warning inside a transaction
+        await write(s, 20n)(tx);
+        await tx.query('COMMIT');
+        await gate.runFenced(pool, s, 21n, write(s, 21n));
+        await write(s, 20n)(tx);
+        return 'looks fine';
+      }),
+    );
+    expect(committedEarly).toBeInstanceOf(Error);
+    expect(String(committedEarly)).toMatch(/ended the transaction/);
+    expect(await committedTokens(pool, dataTable, s)).toEqual([20n, 21n, 20n]);
+    expect(checkedOut(pool)).toBe(0);
+  });
+
   it('returns the callback value and handles the largest int64 token exactly', async () => {
     const r = freshResource();
     expect(await gate.run(pool, r, MAX_FENCING_TOKEN - 1n, async () => 'ok')).toBe('ok');
