@@ -63,6 +63,26 @@ describe('withFenceRetry', () => {
     expect(calls).toBe(1);
   });
 
+  it('refuses a signal that is not an AbortSignal before the first attempt', async () => {
+    // A plain object used to pass until the first backoff: listening on it threw in the promise, and the timer
+    // already set then threw again when it fired, an uncaught exception that ended the process.
+    let calls = 0;
+    const attempt = async () => {
+      calls++;
+      throw new FenceConflictError('r', undefined);
+    };
+    for (const signal of [{}, { aborted: false }, 'abort', null, new AbortController()]) {
+      const error = await withFenceRetry(attempt, { ...fast, signal: signal as never }).catch(
+        (e: unknown) => e,
+      );
+      expect(error).toBeInstanceOf(InvalidArgumentError);
+      expect(error).toMatchObject({ code: 'INVALID_ARGUMENT', field: 'options.signal' });
+    }
+    expect(calls).toBe(0);
+    // Let a timer a failed backoff might have left behind fire inside this test.
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  });
+
   it('rejects nonsensical bounds', async () => {
     await expect(withFenceRetry(async () => 1, { maxAttempts: 0 })).rejects.toBeInstanceOf(
       InvalidArgumentError,

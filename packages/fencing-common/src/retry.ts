@@ -42,6 +42,10 @@ export async function withFenceRetry<T>(
   if (!(baseDelayMs >= 0) || !(maxDelayMs >= 0)) {
     throw new InvalidArgumentError('options.baseDelayMs', 'and options.maxDelayMs must be >= 0');
   }
+  if (options.signal !== undefined && !isAbortSignalLike(options.signal)) {
+    // Checked now: anything else would first be used in a backoff, where a timer already set throws on it.
+    throw new InvalidArgumentError('options.signal', 'must be an AbortSignal');
+  }
   for (let n = 1; ; n++) {
     try {
       return await attempt(n);
@@ -55,6 +59,17 @@ export async function withFenceRetry<T>(
       if (options.signal?.aborted) throw error;
     }
   }
+}
+
+/** Duck-typed rather than `instanceof`, so signals from another realm or a polyfill pass. */
+function isAbortSignalLike(value: unknown): value is AbortSignal {
+  if (typeof value !== 'object' || value === null) return false;
+  const signal = value as Partial<Record<'aborted' | 'addEventListener' | 'removeEventListener', unknown>>;
+  return (
+    typeof signal.aborted === 'boolean' &&
+    typeof signal.addEventListener === 'function' &&
+    typeof signal.removeEventListener === 'function'
+  );
 }
 
 function delay(ms: number, signal: AbortSignal | undefined): Promise<void> {
