@@ -1,4 +1,4 @@
-import { AcquireTimeoutError, LockClient, systemClock, TransportError } from '@dlock/core';
+import { AcquireTimeoutError, LockClient, LockLostError, systemClock, TransportError } from '@dlock/core';
 import {
   type RedisServer,
   rejection,
@@ -529,6 +529,37 @@ function faultSuites(set: NodeSet): void {
       await Promise.all([locks.close(), other.close()]);
     });
 
+    it('a release that only a node without the key answered is unknown, not "taken from you"', async () => {
+      const locks = new LockClient(service(firstNodes(3)), { operationTimeoutMs: 2_000 });
+      const other = new LockClient(service(firstNodes(3)), { operationTimeoutMs: 2_000 });
+      const name = lockName('minority-release');
+      const { lock: lockKey } = redlockKeys('dlock:redlock:', name);
+      await takeDown(0);
+      // Granted on {1, 2}; a long TTL, so no renewal re-takes the key on node 0 during the test.
+      const handle = await locks.acquire(name, { ttlMs: 30_000 });
+      await restartEmpty(0);
+      servers[1]?.process.pause();
+      servers[2]?.process.pause();
+      let error: unknown;
+      try {
+        // Node 0 answers "not here"; the two nodes that hold the lock say nothing within the round.
+        error = await rejection(handle.release());
+      } finally {
+        servers[1]?.process.resume();
+        servers[2]?.process.resume();
+      }
+      // Before the fix: LockLostError (reason 'rejected'), while the lease held a majority and nobody else could
+      // take it.
+      expect(error).toBeInstanceOf(TransportError);
+      expect(error).not.toBeInstanceOf(LockLostError);
+      // The deletes written to the paused nodes ran when they resumed: the lock is free.
+      expect(await holdersSoon(lockKey, 2_000)).toBe(0);
+      const next = await other.tryAcquire(name, { ttlMs: 2_000 });
+      expect(next?.fencingToken).toBeGreaterThan(handle.fencingToken);
+      await next?.release();
+      await Promise.all([locks.close(), other.close()]);
+    });
+
     it('renewal retakes the key on a node that restarted empty, so a later second restart does not lose the lock', async () => {
       const locks = new LockClient(service(firstNodes(3)), { operationTimeoutMs: 2_000 });
       const name = lockName('heal');
@@ -593,6 +624,55 @@ function faultSuites(set: NodeSet): void {
         expect(await holdersSoon(lockKey, 2_000)).toBe(0);
       } finally {
         // These connections' reply streams are out of step now: never reuse them.
+        for (const c of proxied) c.drop();
+        await Promise.all(proxies.map((p) => p.close()));
+      }
+    });
+  });
+
+  describe('RedlockService: claims whose connections dropped before the reply', () => {
+    it('are undone once the connections are back, not left for their TTL', async () => {
+      // Nodes 0 and 1 through proxies that lose the claims' replies and then reset the connections; node 2 direct.
+      const proxies: TcpProxy[] = await Promise.all(
+        servers.slice(0, 2).map((s) => startTcpProxy({ targetPort: s.port })),
+      );
+      const proxied = await Promise.all(proxies.map((p) => set.connect(`redis://127.0.0.1:${p.port}`)));
+      const redlock = new RedlockService({
+        clients: [...proxied.map((c) => c.client), firstNodes(3)[2]] as RedlockClientLike[],
+        requestTimeoutMs: 2_000,
+      });
+      const other = new LockClient(service(firstNodes(3)), { operationTimeoutMs: 2_000 });
+      const name = lockName('reset-claims');
+      const { lock: lockKey } = redlockKeys('dlock:redlock:', name);
+      try {
+        // Cached, so the claims run as sent (a NOSCRIPT answer would be lost too, and the claim never re-sent).
+        for (const client of three()) await within(client.sendCommand(['SCRIPT', 'LOAD', ACQUIRE.source]));
+        for (const proxy of proxies) proxy.dropReplies(true);
+        const attempt = rejection(
+          redlock.acquire({
+            name,
+            ownerId: 'test',
+            ttlMs: 30_000,
+            waitMs: 0,
+            signal: new AbortController().signal,
+          }),
+        );
+        // Every claim landed; only node 2's answer came back.
+        expect(await holdersSoonAtLeast(lockKey, 3, 1_000)).toBe(3);
+        for (const proxy of proxies) {
+          proxy.dropReplies(false);
+          proxy.resetAll();
+        }
+        expect(await attempt).toBeInstanceOf(TransportError);
+        await until(() => proxied.every((c) => c.ready()), 'proxied clients reconnect');
+        // Before the fix: the clean-up was tried once, while the two clients were reconnecting, and failed at once;
+        // the claims then held the free lock for their whole 30 s TTL.
+        expect(await holdersSoon(lockKey, 3_000)).toBe(0);
+        const next = await other.tryAcquire(name, { ttlMs: 2_000 });
+        expect(next?.isHeld()).toBe(true);
+        await next?.release();
+      } finally {
+        await Promise.all([redlock.close(), other.close()]);
         for (const c of proxied) c.drop();
         await Promise.all(proxies.map((p) => p.close()));
       }

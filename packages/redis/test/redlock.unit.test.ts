@@ -303,6 +303,95 @@ describe('QuorumLock under contention and abandonment (in-process nodes)', () =>
   });
 });
 
+describe('QuorumLock: clean-ups and releases that nodes fail', () => {
+  /** Model nodes whose `release` fails (as a reconnecting client does, at once) while `down` says so. */
+  function flaky(count: number) {
+    const world = new World();
+    const down = new Set<number>();
+    const tries: number[] = [];
+    const models = Array.from({ length: count }, () => new ModelNode(world, { seedFromClock: true }));
+    const list = models.map((node, i) => ({
+      acquire: node.acquire.bind(node),
+      mint: node.mint.bind(node),
+      renew: node.renew.bind(node),
+      release: (r: NodeRelease) => {
+        tries.push(i);
+        return down.has(i) ? Promise.reject(new TransportError('not connected')) : node.release(r);
+      },
+    }));
+    return { models, list, down, tries };
+  }
+  const request = { name: 'n', ownerId: 'o', ttlMs: 10_000, waitMs: 0, signal: new AbortController().signal };
+  const settle = async (): Promise<void> => {
+    for (let i = 0; i < 5; i++) await Promise.resolve();
+  };
+
+  it('a clean-up whose call fails is tried again until the node answers', async () => {
+    const { models, list, down, tries } = flaky(3);
+    await models[1]?.acquire({ name: 'n', ownershipToken: 'rival', ttlMs: 10_000 });
+    await models[2]?.acquire({ name: 'n', ownershipToken: 'rival', ttlMs: 10_000 });
+    const clock = new FakeClock();
+    const lock = new QuorumLock({ nodes: list, nodeTimeoutMs: 100, clock, newOwnershipToken: () => 'me' });
+    down.add(0);
+    expect((await lock.acquire(request)).acquired).toBe(false);
+    await settle();
+    expect(models[0]?.holds('n')).toBe('me');
+    await clock.advance(50 + 100 + 200);
+    await settle();
+    expect(models[0]?.holds('n')).toBe('me');
+    down.delete(0);
+    await clock.advance(400);
+    await settle();
+    expect(models[0]?.holds('n')).toBeUndefined();
+    const count = tries.length;
+    await clock.advance(10_000);
+    expect(tries).toHaveLength(count); // answered: not tried again
+    expect(clock.pendingTimers).toBe(0);
+  });
+
+  it('stops trying once the claim has expired by itself, or at close()', async () => {
+    for (const end of ['expiry', 'close'] as const) {
+      const { models, list, down, tries } = flaky(3);
+      await models[1]?.acquire({ name: 'n', ownershipToken: 'rival', ttlMs: 10_000 });
+      await models[2]?.acquire({ name: 'n', ownershipToken: 'rival', ttlMs: 10_000 });
+      const clock = new FakeClock();
+      const lock = new QuorumLock({ nodes: list, nodeTimeoutMs: 100, clock, newOwnershipToken: () => 'me' });
+      down.add(0);
+      expect((await lock.acquire(request)).acquired).toBe(false);
+      await settle();
+      if (end === 'close') lock.close();
+      else for (let t = 0; t < 12_000; t += 500) await clock.advance(500);
+      await settle();
+      const count = tries.length;
+      await clock.advance(100); // the last round's deadline timer, which outlives its round until due
+      expect(clock.pendingTimers).toBe(0);
+      await clock.advance(10_000);
+      expect(tries).toHaveLength(count);
+      expect(count).toBeLessThan(end === 'close' ? 2 : 20);
+    }
+  });
+
+  it('release: false only when no majority can hold the grant; fewer answers are a transport error', async () => {
+    const { models, list, down } = flaky(3);
+    const lock = new QuorumLock({
+      nodes: list,
+      nodeTimeoutMs: 100,
+      clock: new FakeClock(),
+      newOwnershipToken: () => 'me',
+    });
+    const result = await lock.acquire(request);
+    if (!result.acquired) throw new Error('expected a grant');
+    const lease = { name: 'n', ownerId: 'o', ...result.grant };
+    await models[0]?.release({ name: 'n', ownershipToken: 'me' }); // node 0 lost the key
+    down.add(1);
+    down.add(2);
+    await expect(lock.release(lease)).rejects.toBeInstanceOf(TransportError);
+    down.delete(1);
+    expect(await lock.release(lease)).toBe(true);
+    expect(await lock.release(lease)).toBe(false);
+  });
+});
+
 describe('RedlockReleaseWatch', () => {
   /** One node whose subscriber hands its message listener to the test. */
   function node() {

@@ -20,6 +20,10 @@ export const RENEW_CHUNK = 500;
 /** Weight of the newest claim round in the running estimate of how long a claim round takes. */
 const ROUND_SMOOTHING = 0.2;
 
+/** Pauses between the tries of one node's clean-up whose call failed: doubling from the first to the last. */
+const UNDO_FIRST_PAUSE_MS = 50;
+const UNDO_MAX_PAUSE_MS = 1_000;
+
 export interface QuorumLockOptions {
   readonly nodes: readonly RedlockNode[];
   /** Deadline of each round; every node call in it is bounded by this. */
@@ -55,6 +59,8 @@ export class QuorumLock {
   readonly #newOwnershipToken: () => string;
   /** Running estimate of a claim round's duration, ms (undefined before the first round). */
   #claimRoundMs: number | undefined;
+  /** Aborted by {@link close}: ends the clean-ups still trying. */
+  readonly #closing = new AbortController();
 
   constructor(options: QuorumLockOptions) {
     this.#nodes = options.nodes;
@@ -71,6 +77,11 @@ export class QuorumLock {
    */
   wakeJitterMs(): number {
     return Math.min(this.#deadlines.timeoutMs, 2 * (this.#claimRoundMs ?? 0));
+  }
+
+  /** Stops the clean-ups still waiting to try again; nothing else runs in the background for long. */
+  close(): void {
+    this.#closing.abort();
   }
 
   async acquire(request: AcquireRequest): Promise<AcquireResult> {
@@ -103,12 +114,12 @@ export class QuorumLock {
     }
     // The caller gave up (core abandons the call at its deadline): undo at once, not after the round's deadline.
     if (signal.aborted) {
-      this.#cleanup(name, ownershipToken, claims);
+      this.#cleanup(name, ownershipToken, claims, startedAt + ttlMs);
       throw signal.reason;
     }
     const c = countClaims(claims);
     if (c.granted < q) {
-      this.#cleanup(name, ownershipToken, claims);
+      this.#cleanup(name, ownershipToken, claims, startedAt + ttlMs);
       if (c.granted + c.refused < q) {
         throw new TransportError(
           `Redlock: only ${c.granted + c.refused} of ${n} nodes answered the claim on "${name}" (quorum ${q})`,
@@ -125,7 +136,7 @@ export class QuorumLock {
     const elapsed = this.#clock.monotonic() - startedAt;
     if (elapsed >= ttlMs) {
       // Every claim may already have expired: nothing is left to mint for.
-      this.#cleanup(name, ownershipToken, claims);
+      this.#cleanup(name, ownershipToken, claims, startedAt + ttlMs);
       throw new TransportError(`Redlock: claiming "${name}" took ${Math.round(elapsed)} ms, the whole TTL`);
     }
 
@@ -137,7 +148,7 @@ export class QuorumLock {
     }
     const fencingToken = max + 1n;
     if (fencingToken > MAX_TOKEN) {
-      this.#cleanup(name, ownershipToken, claims);
+      this.#cleanup(name, ownershipToken, claims, startedAt + ttlMs);
       throw new TransportError(`Redlock: the fencing counter of "${name}" reached 2^53`);
     }
     // Nodes that timed out in round 1 are asked too: their claim may have landed, and a node runs one
@@ -159,11 +170,11 @@ export class QuorumLock {
     );
     const confirmed = countConfirmed(raises);
     if (signal.aborted) {
-      this.#cleanup(name, ownershipToken, claims);
+      this.#cleanup(name, ownershipToken, claims, startedAt + ttlMs);
       throw signal.reason;
     }
     if (confirmed < q) {
-      this.#cleanup(name, ownershipToken, claims);
+      this.#cleanup(name, ownershipToken, claims, startedAt + ttlMs);
       throw new TransportError(
         `Redlock: only ${confirmed} of ${n} nodes confirmed fencing token ${fencingToken} for "${name}" (quorum ${q})`,
         { cause: firstError(raises) },
@@ -185,8 +196,10 @@ export class QuorumLock {
   }
 
   /**
-   * Owner-checked delete on every node. True if any node deleted the key. Ends once every node answered, or once
-   * a majority answered and one of them deleted (a paused node does not delay it).
+   * Owner-checked delete on every node. True if any node deleted the key; false if so many nodes answered that they
+   * did not hold it that no majority can (the lock was lost); otherwise a `TransportError`: the outcome is unknown.
+   * Ends once every node answered, or once a majority answered and one of them deleted (a paused node does not
+   * delay it).
    */
   async release(lease: Lease): Promise<boolean> {
     const q = this.quorum;
@@ -209,11 +222,20 @@ export class QuorumLock {
         return deleted && answered >= q;
       },
     );
-    if (outcomes.some((o) => o.status === 'ok' && o.value)) return true;
-    if (outcomes.some((o) => o.status === 'ok')) return false;
-    throw new TransportError(`Redlock: no node answered the release of "${lease.name}"`, {
-      cause: firstError(outcomes),
-    });
+    let absent = 0;
+    for (const o of outcomes) {
+      if (o.status !== 'ok') continue;
+      if (o.value) return true;
+      absent += 1;
+    }
+    // "Not held" needs proof that no majority holds the grant: more than N − quorum nodes without its key. Fewer
+    // answers say nothing, since the silent nodes may be the majority that holds it (and will delete it when the
+    // command they were sent runs).
+    if (absent > this.#nodes.length - q) return false;
+    throw new TransportError(
+      `Redlock: only ${absent} of ${this.#nodes.length} nodes answered the release of "${lease.name}", none of them holding it (quorum ${q})`,
+      { cause: firstError(outcomes) },
+    );
   }
 
   async #renewChunk(requests: readonly RenewRequest[]): Promise<RenewDecision[]> {
@@ -257,7 +279,12 @@ export class QuorumLock {
    * release notice would only wake them all at once into the next split (see {@link NodeRelease.notice}). With no
    * refusal, the claim may have landed everywhere and turned waiters away for a whole TTL: they are told.
    */
-  #cleanup(name: string, ownershipToken: string, claims: readonly Outcome<NodeAcquireReply>[]): void {
+  #cleanup(
+    name: string,
+    ownershipToken: string,
+    claims: readonly Outcome<NodeAcquireReply>[],
+    expiresBy: number,
+  ): void {
     const contended = claims.some(isRefusal);
     const request: NodeRelease = contended
       ? { name, ownershipToken, cleanup: true }
@@ -265,8 +292,29 @@ export class QuorumLock {
         { name, ownershipToken, cleanup: true, notice: `x${randomBytes(6).toString('hex')}` };
     claims.forEach((outcome, i) => {
       if (isRefusal(outcome)) return;
-      this.#inBackground((node, s) => node.release(request, s), i);
+      this.#undo(i, request, expiresBy).catch(() => {});
     });
+  }
+
+  /**
+   * One node's part of a clean-up, tried again while its call fails. A claim whose reply was lost with its
+   * connection is undone while the client reconnects, and that try fails at once without reaching the node: the
+   * claim would then hold the node for its whole TTL, and on a majority of nodes keep a free lock "busy". A call
+   * that only timed out is not repeated: it was sent on the claim's connection and runs after the claim. Stops
+   * once the claim has expired by itself (`expiresBy`, on the monotonic clock) or the service closes.
+   */
+  async #undo(index: number, request: NodeRelease, expiresBy: number): Promise<void> {
+    const node = this.#nodes[index] as RedlockNode;
+    const closing = this.#closing.signal;
+    for (let pauseMs = UNDO_FIRST_PAUSE_MS; ; pauseMs = Math.min(2 * pauseMs, UNDO_MAX_PAUSE_MS)) {
+      const [outcome] = await runRound<boolean>(1, (_, s) => node.release(request, s), {
+        deadlines: this.#deadlines,
+      });
+      const leftMs = expiresBy - this.#clock.monotonic();
+      if (outcome?.status !== 'failed' || leftMs <= 0 || closing.aborted) return;
+      // Unref'd: an undo must not keep the process alive; the claim's TTL is the backstop.
+      await this.#clock.sleep(Math.min(pauseMs, leftMs), closing, { unref: true });
+    }
   }
 
   /** Owner-checked delete on every node, in the background (for grants that are lost or abandoned). */

@@ -128,6 +128,7 @@ export class RedlockService implements LockService, AsyncDisposable {
    */
   async close(): Promise<void> {
     this.#closed = true;
+    this.#lock.close();
     this.#watch.close();
   }
 
