@@ -28,6 +28,8 @@ import { assertStorableName, type PostgresStatements, postgresStatements } from 
 
 /** Rows `sweep()` deletes per table and call, unless told otherwise. */
 const SWEEP_LIMIT = 1_000;
+/** How often `close()` looks whether the clean-ups it waits for have landed. */
+const CLEANUP_POLL_MS = 20;
 
 /**
  * A {@link LockService} on PostgreSQL: lease rows with an expiry by the server's clock, fencing tokens from a counter
@@ -231,8 +233,9 @@ export class PostgresLockService implements LockService {
   }
 
   /**
-   * Ends pending acquires (what they queued is removed, once any statement of theirs still running has finished: at
-   * most twice `requestTimeoutMs`), stops listening and waits for pending clean-ups. Idempotent.
+   * Ends pending acquires (what they queued is removed, once any statement of theirs still running has finished; a
+   * removal that fails is retried, for at most twice `requestTimeoutMs` in all), stops listening and waits for
+   * pending clean-ups. Idempotent.
    * Does not end the pool, which the caller owns, and does not release held locks: their holders' `LockClient`s do
    * that, or the leases run out. Every call after close rejects with a `ClientClosedError` (code `CLIENT_CLOSED`).
    */
@@ -250,7 +253,24 @@ export class PostgresLockService implements LockService {
     this.#closing.abort(new PostgresServiceClosedError());
     // Each pending acquire ends at once; what it left in a queue is being removed once it has.
     await Promise.allSettled([...this.#acquiring]);
+    await this.#cleanupsLanded();
     await Promise.allSettled([this.#cleanups.close(), this.#watch.close()]);
+  }
+
+  /**
+   * Gives the clean-ups still running (the leave of each acquire close just ended, and earlier ones) a while to
+   * land: closing the retries at once would leave a clean-up whose try failed (its connection killed, a failover)
+   * undone, and its waiter row, or a grant nobody holds, would block the name for its whole lease. Bounded by twice
+   * a statement's bound (the time a try may wait for a statement still running); past it, a database that cannot be
+   * reached leaves the rows to run out on their own, as a crashed process would.
+   */
+  async #cleanupsLanded(): Promise<void> {
+    const { clock } = this.#db;
+    const until = clock.monotonic() + 2 * this.#db.timeoutMs;
+    while (this.#cleanups.pending > 0 && clock.monotonic() < until) {
+      // Not unref'd: close() is a call in flight, and the process waits for it like for any other.
+      await clock.sleep(CLEANUP_POLL_MS);
+    }
   }
 
   async #inQueue<C, W>(driver: QueueDriver<C, W>, request: AcquireRequest): Promise<AcquireResult> {

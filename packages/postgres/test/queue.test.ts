@@ -229,6 +229,36 @@ describe('close', () => {
     await other.close();
   });
 
+  it("retries a pending acquire's clean-up that failed as it closed, so its waiter row does not outlive it", async () => {
+    let failLeaves = 0;
+    // The first leave statement fails as on a connection killed under it (pg_terminate_backend, a failover).
+    const flaky = {
+      query: async (query: pg.QueryConfig) => {
+        if (failLeaves > 0 && query.text.includes('left_queue')) {
+          failLeaves--;
+          throw new Error('Connection terminated unexpectedly');
+        }
+        return pool.query(query);
+      },
+      connect: () => pool.connect(),
+    } as unknown as pg.Pool;
+    const service = new PostgresLockService({ pool: flaky, schema: tables.name, requestTimeoutMs: 1_000 });
+    const other = new PostgresLockService({ pool, schema: tables.name, listen: false });
+    const name = 'closing-flaky';
+    const holder = await new LockClient(other).acquire(name, { ttlMs: 10_000 });
+    const pending = service.acquire({ name, ownerId: 'o', ttlMs: 5_000, waitMs: 20_000, signal });
+    pending.catch(() => {});
+    expect(await until(async () => (await rowsOf('waiters', name)) === 1, 2_000)).toBe(true);
+    failLeaves = 1;
+    await service.close();
+    await expect(pending).rejects.toMatchObject({ code: 'CLIENT_CLOSED' });
+    expect(failLeaves).toBe(0);
+    // Not a waiter row ahead of everyone for its lease (10 s here): the next caller is served once the holder goes.
+    expect(await rowsOf('waiters', name)).toBe(0);
+    await holder.release();
+    await other.close();
+  });
+
   it.each([
     ['a lock, tryAcquire', 'l', 0],
     ['a lock, waiting', 'l', 20_000],
