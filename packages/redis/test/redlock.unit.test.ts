@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import type { RedisConnection, RedisSubscription } from '../src/clients/connection.js';
 import { hashTagOf, redlockKeys } from '../src/keys.js';
 import { RedlockService, type RedlockServiceOptions } from '../src/redlock/index.js';
-import type { NodeRelease } from '../src/redlock/node.js';
+import { NodeNotConnectedError, type NodeRelease } from '../src/redlock/node.js';
 import { QuorumLock } from '../src/redlock/redlock-protocol.js';
 import { RedlockReleaseWatch } from '../src/redlock/redlock-release-watch.js';
 import { type Outcome, RoundDeadlines, runRound } from '../src/redlock/round.js';
@@ -369,6 +369,25 @@ describe('QuorumLock: clean-ups and releases that nodes fail', () => {
       expect(tries).toHaveLength(count);
       expect(count).toBeLessThan(end === 'close' ? 2 : 20);
     }
+  });
+
+  it('no clean-up, and no retries, on a node whose claim was refused before it was sent', async () => {
+    const { models, list, tries } = flaky(3);
+    await models[1]?.acquire({ name: 'n', ownershipToken: 'rival', ttlMs: 10_000 });
+    const disconnected = {
+      ...(list[0] as (typeof list)[number]),
+      acquire: () => Promise.reject(new NodeNotConnectedError('not connected')),
+    };
+    const clock = new FakeClock();
+    const lock = new QuorumLock({
+      nodes: [disconnected, list[1], list[2]] as typeof list,
+      nodeTimeoutMs: 100,
+      clock,
+      newOwnershipToken: () => 'me',
+    });
+    expect((await lock.acquire(request)).acquired).toBe(false);
+    await clock.advance(10_000);
+    expect(tries).toEqual([2]);
   });
 
   it('release: false only when no majority can hold the grant; fewer answers are a transport error', async () => {

@@ -1,3 +1,5 @@
+import { TransportError } from '@dlock/core';
+
 /**
  * One Redlock node as the quorum algorithm sees it: four atomic operations on one independent Redis. The Redis
  * implementation is `RedisRedlockNode`; tests plug in-process models into the same algorithm.
@@ -64,3 +66,9 @@ export interface NodeRelease {
    */
   readonly cleanup?: boolean;
 }
+
+/**
+ * A node call refused before anything was sent (its client is not connected): unlike other failures, it is known
+ * not to have been applied, so a claim that failed so needs no clean-up on that node.
+ */
+export class NodeNotConnectedError extends TransportError {}

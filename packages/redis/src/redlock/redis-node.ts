@@ -2,14 +2,15 @@ import { TransportError } from '@dlock/core';
 import type { RedisConnection } from '../clients/connection.js';
 import { redlockKeys } from '../keys.js';
 import type { LuaScript, RunOptions } from '../lua-script.js';
-import type {
-  NodeAcquire,
-  NodeAcquireReply,
-  NodeMint,
-  NodeRelease,
-  NodeRenew,
-  NodeRenewReply,
-  RedlockNode,
+import {
+  type NodeAcquire,
+  type NodeAcquireReply,
+  type NodeMint,
+  NodeNotConnectedError,
+  type NodeRelease,
+  type NodeRenew,
+  type NodeRenewReply,
+  type RedlockNode,
 } from './node.js';
 import { ACQUIRE, MINT, RELEASE, RENEW } from './scripts.js';
 
@@ -161,7 +162,7 @@ export class RedisRedlockNode implements RedlockNode {
 
   async #send(command: string[], signal: AbortSignal): Promise<unknown> {
     // A client that is reconnecting would park the command in its offline queue until our deadline: say so now.
-    if (!this.#client.isReady()) throw new TransportError(`${this.label} is not connected`);
+    if (!this.#client.isReady()) throw new NodeNotConnectedError(`${this.label} is not connected`);
     return this.#client.send(command, undefined, signal);
   }
 }

@@ -8,7 +8,14 @@ import {
   type RenewResult,
   TransportError,
 } from '@dlock/core';
-import type { NodeAcquireReply, NodeRelease, NodeRenew, NodeRenewReply, RedlockNode } from './node.js';
+import {
+  type NodeAcquireReply,
+  NodeNotConnectedError,
+  type NodeRelease,
+  type NodeRenew,
+  type NodeRenewReply,
+  type RedlockNode,
+} from './node.js';
 import { type Outcome, RoundDeadlines, runRound } from './round.js';
 
 /** The scripts compare counters as Lua doubles: exact only below 2^53. */
@@ -291,7 +298,12 @@ export class QuorumLock {
       : // Unique, so watchers do not drop it as a repeat of an earlier notice.
         { name, ownershipToken, cleanup: true, notice: `x${randomBytes(6).toString('hex')}` };
     claims.forEach((outcome, i) => {
-      if (isRefusal(outcome)) return;
+      // A claim refused before it was sent never landed: nothing to undo, and no retries against a node that is down.
+      if (
+        isRefusal(outcome) ||
+        (outcome.status === 'failed' && outcome.error instanceof NodeNotConnectedError)
+      )
+        return;
       this.#undo(i, request, expiresBy).catch(() => {});
     });
   }
