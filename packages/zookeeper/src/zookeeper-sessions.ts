@@ -296,6 +296,11 @@ export class Sessions {
       closing.addEventListener('abort', onClose, { once: true });
       this.#o.clock.sleep(timeoutMs, timer.signal, { unref: true }).then(() => {
         finish();
+        // node-zookeeper-client bounds the TCP connect but not the handshake after it: a connection accepted and
+        // then never answered (a member that hangs, a path that drops everything) would wait for its
+        // ConnectResponse for ever, and the client would neither retry nor move on to another member. Dropping it
+        // makes the client reconnect, so the next try can get a session.
+        if (!isConnected(client.getState())) dropConnection(client);
         reject(new TransportError(`could not connect to ZooKeeper within ${timeoutMs} ms`));
       }, noop);
     });
