@@ -22,6 +22,8 @@ export interface Claim extends QueueClaim {
   readonly key: Buffer;
   /** Create revision of `key`; 0 while unknown (not written yet, or the write's answer is lost). */
   revision: bigint;
+  /** etcd answered that this attempt wrote no key: a caller that does not wait found the lock held. */
+  unwritten: boolean;
   slotFreed: boolean;
 }
 
@@ -62,6 +64,7 @@ export class EtcdProtocol extends EtcdDriver<HeldLock> implements QueueDriver<Cl
       slot,
       key,
       revision: 0n,
+      unwritten: false,
       slotFreed: false,
     };
   }
@@ -69,13 +72,16 @@ export class EtcdProtocol extends EtcdDriver<HeldLock> implements QueueDriver<Cl
   /**
    * Takes a lease (or joins the session), then one transaction: if the lock's directory is empty, the put alone
    * makes us the holder (the uncontended path is one put). Otherwise it reads our key as it was, rewrites it, and
-   * reads the holder and the two newest keys (the second newest is the one to watch). A key of ours found already
+   * reads the holder and the two newest keys (the second newest is the one to watch). A caller that does not wait
+   * (`queue: false`) writes nothing to a held lock, only reads our key and the holder: a key of its, written only to
+   * be deleted, would lead the directory if the holder left in between, and an election's observers would report
+   * as leader a candidate that was told it lost. A key of ours found already
    * there is stale — left by an attempt whose delete failed or whose answer was lost — and its create revision may
    * be an old grant's fencing token: it is deleted and written afresh, never adopted. Unless it is this write's own:
    * etcd3 sends a write again after a connection reset, even one etcd applied, and the copy that answers then finds
    * the key the first copy made. That key keeps its place in the queue (see `isStale`).
    */
-  async enqueue(claim: Claim): Promise<Standing<Wait>> {
+  async enqueue(claim: Claim, { queue }: { readonly queue: boolean }): Promise<Standing<Wait>> {
     const { request } = claim;
     const { lease, refresh } = await this.session.forAcquire(request.ttlMs, claim.startedAt, request.signal);
     claim.lease = lease;
@@ -83,12 +89,12 @@ export class EtcdProtocol extends EtcdDriver<HeldLock> implements QueueDriver<Cl
     const before = this.txns.newestRevision();
     let response: TxnResponseLike;
     try {
-      response = await this.#write(claim, lease);
+      response = await this.#write(claim, lease, queue);
       if (isStale(response, lease, before)) {
         await this.txns.deleteKey(claim.key, claim.revision, { signal: request.signal });
         claim.revision = 0n;
         sentAt = this.clock.monotonic();
-        response = await this.#write(claim, lease);
+        response = await this.#write(claim, lease, queue);
         if (isStale(response, lease, before)) return GONE;
       }
     } catch (error) {
@@ -102,10 +108,15 @@ export class EtcdProtocol extends EtcdDriver<HeldLock> implements QueueDriver<Cl
     // The write and the refresh beside it decide a free lock: together, one round trip.
     claim.roundTripMs = this.clock.monotonic() - sentAt;
     if (outcome && !(outcome instanceof Error) && !outcome.alive) return GONE;
-    const holder = response.succeeded ? undefined : rangeKvs(response, 3)[0];
+    const holder = response.succeeded ? undefined : rangeKvs(response, queue ? 3 : 1)[0];
     if (response.succeeded || (holder && BigInt(holder.create_revision) === claim.revision)) {
       assertFullTtl(outcome, lease, claim);
       return this.#first(claim, lease);
+    }
+    if (!queue) {
+      // A key of ours found here is an earlier copy of this write (a stale one was taken out above): leave deletes it.
+      claim.unwritten = claim.revision === 0n;
+      return this.waits.behind(claim, { pauseMs: 0 });
     }
     const newest = rangeKvs(response, 4);
     const mine = newest[0] !== undefined && BigInt(newest[0].create_revision) === claim.revision;
@@ -188,14 +199,14 @@ export class EtcdProtocol extends EtcdDriver<HeldLock> implements QueueDriver<Cl
    * Each try is bounded by `requestTimeoutMs` (see `EtcdDriver.revokeOwn`); core retries in the background. With the
    * revision unknown (the write's answer is lost) the delete is unguarded and the key number is never reused by this
    * service, so it can only hit that write; while the write may still land, the try counts as failed, so that one
-   * more delete follows it.
+   * more delete follows it. A try that etcd answered as having written nothing has nothing to delete.
    */
   async leave(claim: Claim): Promise<void> {
     this.abandon(claim);
     const lease = claim.lease;
     // A key that survived a failed revoke is found stale and removed by the next contender in the slot.
     if (!lease?.session) return this.revokeOwn(lease, () => this.#freeSlot(claim));
-    if (lease.isLost) {
+    if (lease.isLost || claim.unwritten) {
       this.#freeSlot(claim);
       return;
     }
@@ -249,7 +260,7 @@ export class EtcdProtocol extends EtcdDriver<HeldLock> implements QueueDriver<Cl
   }
 
   /** The enqueue transaction (see `enqueue`); the claim learns its key's create revision, even from a late answer. */
-  async #write(claim: Claim, lease: TrackedLease): Promise<TxnResponseLike> {
+  async #write(claim: Claim, lease: TrackedLease, queue: boolean): Promise<TxnResponseLike> {
     const { key, directory, rangeEnd, request } = claim;
     const put: RequestOpLike = {
       request_put: { key, value: encodeValue(request.metadata, request.ownerId), lease: lease.id },
@@ -257,22 +268,24 @@ export class EtcdProtocol extends EtcdDriver<HeldLock> implements QueueDriver<Cl
     const txn = {
       compare: [isEmpty(directory, rangeEnd)],
       success: [put],
-      failure: [
-        keysOnly(key),
-        put,
-        keysOnly(key),
-        { request_range: byCreate(directory, rangeEnd, 'Ascend', 1) },
-        { request_range: byCreate(directory, rangeEnd, 'Descend', 2) },
-      ],
+      failure: queue
+        ? [
+            keysOnly(key),
+            put,
+            keysOnly(key),
+            { request_range: byCreate(directory, rangeEnd, 'Ascend', 1) },
+            { request_range: byCreate(directory, rangeEnd, 'Descend', 2) },
+          ]
+        : [keysOnly(key), { request_range: byCreate(directory, rangeEnd, 'Ascend', 1) }],
     };
     // Answered after we gave up: the key exists; core's clean-up (leave) deletes it, now by its revision.
     const response = await this.txns.write(claim, 'acquire', txn, (late) => {
-      const own = ownRevision(late);
+      const own = ownRevision(late, queue);
       if (own !== undefined) claim.revision = BigInt(own);
     });
-    const own = ownRevision(response);
-    if (own === undefined) throw transportError('acquire', new Error('own key missing after write'));
-    claim.revision = BigInt(own);
+    const own = ownRevision(response, queue);
+    if (own !== undefined) claim.revision = BigInt(own);
+    else if (queue) throw transportError('acquire', new Error('own key missing after write'));
     return response;
   }
 
@@ -304,6 +317,9 @@ function isStale(response: TxnResponseLike, lease: TrackedLease, before: bigint)
   return found.lease !== lease.id || BigInt(found.create_revision) <= before;
 }
 
-/** Create revision of our key after the write: the transaction's own revision if it succeeded, else its re-read. */
-const ownRevision = (response: TxnResponseLike): string | undefined =>
-  response.succeeded ? response.header.revision : rangeKvs(response, 2)[0]?.create_revision;
+/**
+ * Create revision of our key after the write: the transaction's own revision if it succeeded, else its re-read (when
+ * not queueing, the read of our key, which exists only if an earlier attempt or copy of this write left it).
+ */
+const ownRevision = (response: TxnResponseLike, queue: boolean): string | undefined =>
+  response.succeeded ? response.header.revision : rangeKvs(response, queue ? 2 : 0)[0]?.create_revision;

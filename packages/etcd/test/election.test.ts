@@ -1,5 +1,5 @@
 import { performance } from 'node:perf_hooks';
-import { type Leader, LockClient, LockLostError } from '@dlock/core';
+import { AcquireTimeoutError, type Leader, LockClient, LockLostError } from '@dlock/core';
 import { EtcdLockService } from '@dlock/etcd';
 import { ETCD_ENDPOINT, runBuiltPackage } from '@dlock/test-utils';
 import { Etcd3 } from 'etcd3';
@@ -119,6 +119,58 @@ for (const session of [false, true]) {
       expect(next.epoch).toBeGreaterThan(leadership.epoch);
       expect(await election.leader()).toEqual({ value: 'b', epoch: next.epoch });
       await next.resign();
+    });
+
+    it('a candidate that does not wait is never shown as the leader, even when the leader resigns before it leaves', async () => {
+      const name = lockName('no-wait');
+      // The non-waiting candidate's clean-up (a delete, or its lease's revoke) is held until the end, so that the
+      // leader's resignation falls after its campaign's write was answered and before it could leave.
+      let open = (): void => {};
+      const gate = new Promise<void>((resolve) => {
+        open = resolve;
+      });
+      let tried = false;
+      // A client of its own: the held calls outlive their deadlines, which must not open the shared client's breaker.
+      const own = new Etcd3({ hosts: ETCD_ENDPOINT });
+      teardown.push(() => own.close());
+      const held: EtcdClientLike = {
+        kv: {
+          txn: async (request, options) => {
+            if ((request.success ?? []).some((op) => op.request_delete_range)) await gate;
+            const answer = await own.kv.txn(request, options);
+            if ((request.success ?? []).some((op) => op.request_put)) tried = true;
+            return answer;
+          },
+        },
+        leaseClient: {
+          leaseGrant: (request, options) => own.leaseClient.leaseGrant(request, options),
+          leaseRevoke: async (request, options) => {
+            await gate;
+            return own.leaseClient.leaseRevoke(request, options);
+          },
+          leaseKeepAlive: (options) => own.leaseClient.leaseKeepAlive(options),
+        },
+        watchClient: own.watchClient,
+      };
+      teardown.push(open);
+      const observer = lockClient(service({ session })).election(name, { ttlMs: 10_000 });
+      const leadership = await lockClient(service({ session }))
+        .election(name, { ttlMs: 10_000 })
+        .campaign({ value: 'a' });
+      const attempt = lockClient(service({ session, client: held }))
+        .election(name, { ttlMs: 10_000 })
+        .campaign({ value: 't' })
+        .then(
+          (won) => won,
+          (error: unknown) => error,
+        );
+      expect(await waitUntil(async () => tried, 5_000)).toBe(true);
+      await leadership.resign();
+      // 't' was never told it leads: nobody leads.
+      expect(await observer.leader()).toBeNull();
+      open();
+      expect(await attempt).toBeInstanceOf(AcquireTimeoutError);
+      expect(await waitUntil(async () => (await directory(name)).length === 0, 5_000)).toBe(true);
     });
 
     it('resign hands over on the release notice, long before the TTL', async () => {
