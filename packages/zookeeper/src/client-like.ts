@@ -143,11 +143,14 @@ export const CREATE_MODE = { PERSISTENT: 0, EPHEMERAL: 1, EPHEMERAL_SEQUENTIAL: 
  * its socket in `connectionManager.socket`, which is not public API, so the reach is guarded: with a client built
  * differently this does nothing and returns false.
  */
-export function dropConnection(client: object): boolean {
+export function dropConnection(client: object, options?: { readonly onceConnected?: boolean }): boolean {
   const manager: unknown = Reflect.get(client, 'connectionManager');
   if (typeof manager !== 'object' || manager === null) return false;
   const socket: unknown = Reflect.get(manager, 'socket');
   if (typeof socket !== 'object' || socket === null) return false;
+  // While the TCP connect is pending the client's own connect timeout is armed; a socket dropped then would leave
+  // that timer to destroy whichever socket comes next, perhaps one with a session on it.
+  if (options?.onceConnected === true && Reflect.get(socket, 'connecting') !== false) return false;
   const destroy: unknown = Reflect.get(socket, 'destroy');
   if (typeof destroy !== 'function') return false;
   destroy.call(socket);

@@ -299,8 +299,9 @@ export class Sessions {
         // node-zookeeper-client bounds the TCP connect but not the handshake after it: a connection accepted and
         // then never answered (a member that hangs, a path that drops everything) would wait for its
         // ConnectResponse for ever, and the client would neither retry nor move on to another member. Dropping it
-        // makes the client reconnect, so the next try can get a session.
-        if (!isConnected(client.getState())) dropConnection(client);
+        // makes the client reconnect, so the next try can get a session. A TCP connect still pending is left to
+        // the client's own connect timeout.
+        if (!isConnected(client.getState())) dropConnection(client, { onceConnected: true });
         reject(new TransportError(`could not connect to ZooKeeper within ${timeoutMs} ms`));
       }, noop);
     });
