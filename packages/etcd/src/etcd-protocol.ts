@@ -22,7 +22,7 @@ export interface Claim extends QueueClaim {
   readonly key: Buffer;
   /** Create revision of `key`; 0 while unknown (not written yet, or the write's answer is lost). */
   revision: bigint;
-  /** etcd answered that this attempt wrote no key: a caller that does not wait found the lock held. */
+  /** etcd answered that no key of this attempt is left: a try found the lock held, or a give-up deleted it. */
   unwritten: boolean;
   slotFreed: boolean;
 }
@@ -220,6 +220,55 @@ export class EtcdProtocol extends EtcdDriver<HeldLock> implements QueueDriver<Cl
       if (known) this.#freeSlot(claim);
     }
     if (!known && writing) throw new TransportError('etcd acquire: a write given up on may still land');
+  }
+
+  /**
+   * Leaves at the deadline in one transaction that deletes our key only if another key is ahead of it. A key that
+   * leads the directory (the holder left and its notice has not reached us yet) is kept and confirmed as `check`
+   * confirms a wake-up: deleting it would show observers a holder, an election's leader, that is told it lost.
+   * Whatever cannot be confirmed is left as `leave` leaves it.
+   */
+  async giveUp(claim: Claim): Promise<Standing<Wait>> {
+    const { key, directory, rangeEnd, revision } = claim;
+    if (revision === 0n) {
+      await this.leave(claim);
+      return GONE;
+    }
+    const response = await this.txns.run(
+      'acquire',
+      {
+        // Every key of the directory created at or after ours: ours leads (an empty directory fails it).
+        compare: [
+          {
+            key: directory,
+            range_end: rangeEnd,
+            target: 'Create',
+            result: 'Greater',
+            create_revision: String(revision - 1n),
+          },
+        ],
+        success: [keysOnly(key)],
+        failure: [
+          {
+            request_txn: {
+              compare: [createdAt(key, revision)],
+              success: [{ request_delete_range: { key } }],
+            },
+          },
+        ],
+      },
+      { timeoutMs: this.txns.requests.timeoutMs },
+    );
+    const own = response.succeeded ? rangeKvs(response, 0)[0] : undefined;
+    if (own !== undefined && BigInt(own.create_revision) === revision) {
+      const standing = await this.check(claim);
+      if (standing.kind === 'first') return standing;
+    } else {
+      // Deleted by the transaction, or gone before it: only a lease of its own is left to revoke.
+      claim.unwritten = true;
+    }
+    await this.leave(claim);
+    return GONE;
   }
 
   /** One keep-alive of the lock's lease, or a share of a recent one on a session (see `EtcdSession.renewal`). */

@@ -1,10 +1,10 @@
 import { performance } from 'node:perf_hooks';
-import { AcquireTimeoutError, type Leader, LockClient, LockLostError } from '@dlock/core';
+import { AcquireTimeoutError, type Leader, type Leadership, LockClient, LockLostError } from '@dlock/core';
 import { EtcdLockService } from '@dlock/etcd';
 import { ETCD_ENDPOINT, runBuiltPackage } from '@dlock/test-utils';
 import { Etcd3 } from 'etcd3';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import type { EtcdClientLike } from '../src/client-like.js';
+import type { EtcdClientLike, WatchResponseLike } from '../src/client-like.js';
 import { escapeName } from '../src/keys.js';
 import { lockName, sleep, waitUntil } from './helpers.js';
 
@@ -171,6 +171,63 @@ for (const session of [false, true]) {
       open();
       expect(await attempt).toBeInstanceOf(AcquireTimeoutError);
       expect(await waitUntil(async () => (await directory(name)).length === 0, 5_000)).toBe(true);
+    });
+
+    it('a candidate whose wait ends after the leader left, before the notice came, leads rather than be shown leading', async () => {
+      const name = lockName('late-notice');
+      // Watch answers to the standby reach it 3 s late once `late` is set: its 2 s wait ends before it hears that
+      // the leader resigned, while its key already leads the directory.
+      let late = false;
+      const timers = new Set<ReturnType<typeof setTimeout>>();
+      const own = new Etcd3({ hosts: ETCD_ENDPOINT });
+      teardown.push(() => own.close());
+      teardown.push(() => {
+        for (const timer of timers) clearTimeout(timer);
+      });
+      const slowWatch: EtcdClientLike = {
+        kv: own.kv,
+        leaseClient: own.leaseClient,
+        watchClient: {
+          watch: async (options) => {
+            const stream = await own.watchClient.watch(options);
+            const on = stream.on.bind(stream);
+            stream.on = ((event: 'data', listener: (response: WatchResponseLike) => void) =>
+              on(event, (response: WatchResponseLike) => {
+                if (event !== 'data' || !late) return listener(response);
+                const timer = setTimeout(() => {
+                  timers.delete(timer);
+                  listener(response);
+                }, 3_000);
+                timers.add(timer);
+              })) as typeof stream.on;
+            return stream;
+          },
+        },
+      };
+      const observer = lockClient(service({ session })).election(name, { ttlMs: 10_000 });
+      const leadership = await lockClient(service({ session }))
+        .election(name, { ttlMs: 10_000 })
+        .campaign({ value: 'a' });
+      const standby = lockClient(service({ session, client: slowWatch }))
+        .election(name, { ttlMs: 10_000 })
+        .campaign({ value: 'b', waitMs: 2_000 })
+        .then(
+          (won) => won,
+          (error: unknown) => error,
+        );
+      expect(await waitUntil(async () => (await directory(name)).length === 2, 5_000)).toBe(true);
+      await sleep(300);
+      late = true;
+      await leadership.resign();
+      const shown = await observer.leader();
+      const outcome = await standby;
+      // The standby's key led once the leader left; what observers were shown is what the standby was told.
+      expect(shown?.value).toBe('b');
+      expect(outcome).not.toBeInstanceOf(Error);
+      const successor = outcome as Leadership;
+      expect(shown).toEqual({ value: 'b', epoch: successor.epoch });
+      expect(successor.epoch).toBeGreaterThan(leadership.epoch);
+      await successor.resign();
     });
 
     it('resign hands over on the release notice, long before the TTL', async () => {
