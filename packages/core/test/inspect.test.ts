@@ -2,6 +2,7 @@ import {
   ClientClosedError,
   InvalidArgumentError,
   LockClient,
+  LockLostError,
   type LockService,
   MemoryLockService,
   PermitsMismatchError,
@@ -134,7 +135,8 @@ describe('a service that fails with a value String() cannot convert', () => {
     expect(failures.length).toBeGreaterThan(0);
     expect(failures[0]).toBeInstanceOf(TransportError);
     expect(handle.isHeld()).toBe(false);
-    expect(handle.lostError?.reason).toBe('unreachable');
+    expect(handle.signal.reason).toBeInstanceOf(LockLostError);
+    expect((handle.signal.reason as LockLostError).reason).toBe('unreachable');
     await client.close();
   });
 });
