@@ -1,8 +1,9 @@
 import type { EventEmitter } from 'node:events';
 import { startTcpProxy, uniqueName, ZK_CONNECT } from '@dlock/test-utils';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { lockParentPath, type ZooKeeperClientLike, ZooKeeperLockService } from '../src/index.js';
 import { semaphorePath } from '../src/keys.js';
+import { closeAfterEach } from './close-after-each.js';
 import { childrenOf, connectedClient, waitFor } from './helpers.js';
 
 // close() on a service whose caller's client is disconnected at that moment: the server keeps the session (the
@@ -11,16 +12,7 @@ import { childrenOf, connectedClient, waitFor } from './helpers.js';
 // caller's client lives, by a service that is closed.
 const ROOT = '/dlock-test/close-disconnected';
 const SESSION_MS = 20_000; // long enough that the server keeps the session while the connection is cut
-const cleanups: (() => Promise<unknown> | unknown)[] = [];
-
-afterEach(async () => {
-  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
-});
-
-function onClose<T extends { close(): unknown }>(item: T): T {
-  cleanups.push(() => item.close());
-  return item;
-}
+const onClose = closeAfterEach();
 
 const stateListeners = (client: ZooKeeperClientLike): number =>
   (client as unknown as EventEmitter).listenerCount('state');

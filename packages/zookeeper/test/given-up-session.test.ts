@@ -1,8 +1,9 @@
 import { LockClient, type LostReason } from '@dlock/core';
 import { startTcpProxy, uniqueName, ZK_CONNECT } from '@dlock/test-utils';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { lockParentPath, type ZooKeeperClientLike, ZooKeeperLockService } from '../src/index.js';
 import { queueOrder } from '../src/keys.js';
+import { closeAfterEach } from './close-after-each.js';
 import { childrenOf, connectedClient, sleep, waitFor } from './helpers.js';
 
 // A client passed in whose session the adapter gave up on, while the server kept it: the server's replies are
@@ -11,16 +12,7 @@ import { childrenOf, connectedClient, sleep, waitFor } from './helpers.js';
 // the client comes back under the same session id.
 const ROOT = '/dlock-test/given-up';
 const SESSION_MS = 4_000; // the shared server's minimum (tickTime 2000)
-const cleanups: (() => Promise<unknown> | unknown)[] = [];
-
-afterEach(async () => {
-  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
-});
-
-function onClose<T extends { close(): unknown }>(item: T): T {
-  cleanups.push(() => item.close());
-  return item;
-}
+const onClose = closeAfterEach();
 
 describe('a caller-owned client whose session comes back after the adapter gave it up', () => {
   it('the old grant and queue node are deleted on the reconnect, and another client can acquire', {
