@@ -326,7 +326,11 @@ describe('QuorumLock: clean-ups and releases that nodes fail', () => {
     for (let i = 0; i < 5; i++) await Promise.resolve();
   };
 
-  it('a clean-up whose call fails is tried again until the node answers', async () => {
+  /**
+   * A rival holds nodes 1 and 2; node 0's client fails every call: the acquire fails, leaving its claim on node 0,
+   * whose clean-up fails until `down` lets it through.
+   */
+  async function claimLeftOnNode0() {
     const { models, list, down, tries } = flaky(3);
     await models[1]?.acquire({ name: 'n', ownershipToken: 'rival', ttlMs: 10_000 });
     await models[2]?.acquire({ name: 'n', ownershipToken: 'rival', ttlMs: 10_000 });
@@ -335,6 +339,11 @@ describe('QuorumLock: clean-ups and releases that nodes fail', () => {
     down.add(0);
     expect((await lock.acquire(request)).acquired).toBe(false);
     await settle();
+    return { models, down, tries, clock, lock };
+  }
+
+  it('a clean-up whose call fails is tried again until the node answers', async () => {
+    const { models, down, tries, clock } = await claimLeftOnNode0();
     expect(models[0]?.holds('n')).toBe('me');
     await clock.advance(50 + 100 + 200);
     await settle();
@@ -351,14 +360,7 @@ describe('QuorumLock: clean-ups and releases that nodes fail', () => {
 
   it('stops trying once the claim has expired by itself, or at close()', async () => {
     for (const end of ['expiry', 'close'] as const) {
-      const { models, list, down, tries } = flaky(3);
-      await models[1]?.acquire({ name: 'n', ownershipToken: 'rival', ttlMs: 10_000 });
-      await models[2]?.acquire({ name: 'n', ownershipToken: 'rival', ttlMs: 10_000 });
-      const clock = new FakeClock();
-      const lock = new QuorumLock({ nodes: list, nodeTimeoutMs: 100, clock, newOwnershipToken: () => 'me' });
-      down.add(0);
-      expect((await lock.acquire(request)).acquired).toBe(false);
-      await settle();
+      const { tries, clock, lock } = await claimLeftOnNode0();
       if (end === 'close') lock.close();
       else for (let t = 0; t < 12_000; t += 500) await clock.advance(500);
       await settle();
