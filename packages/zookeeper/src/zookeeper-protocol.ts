@@ -1,4 +1,11 @@
-import type { AcquireRequest, Grant, Lease, RenewRequest, RenewResult } from '@dlock/core';
+import {
+  type AcquireRequest,
+  type Grant,
+  type Lease,
+  type RenewRequest,
+  type RenewResult,
+  TransportError,
+} from '@dlock/core';
 import type { QueueDriver, Standing } from '@dlock/core/adapter';
 import {
   type Attempt,
@@ -10,15 +17,22 @@ import {
   sessionFor,
 } from './attempts.js';
 import { allExist, checkBatches } from './check-batches.js';
+import { CREATE_MODE, type ZooKeeperClientLike } from './client-like.js';
 import { ZK_ERROR, zkErrorCode } from './errors.js';
 import { FencingTokens } from './fencing-tokens.js';
 import { type GrantRecord, Grants } from './grants.js';
 import type { ParentUse } from './housekeeping.js';
-import { lockParentPath } from './keys.js';
+import { attemptPrefix, isNodeOfAttempt, lockParentPath, queueOrder } from './keys.js';
 import { encodeNodeData, QueueNodeData } from './node-data.js';
-import { childrenOf, createLockParent, nodesAt, removeNode } from './node-ops.js';
+import { childrenOf, createLockParent, EMPTY, nodesAt, removeNode } from './node-ops.js';
 import { predecessorGone, Waits } from './waits.js';
-import { ownerOf, type Session } from './zookeeper-session.js';
+import {
+  isConnectionLoss,
+  type MultiOp,
+  type MultiOutcome,
+  ownerOf,
+  type Session,
+} from './zookeeper-session.js';
 
 /** One acquire attempt's place in a lock's queue: an ephemeral sequential node named with the attempt's id. */
 export interface Claim extends Attempt {
@@ -42,6 +56,9 @@ export interface ZooKeeperProtocolDeps extends DriverDeps {
 
 const noop = (): void => {};
 
+/** Tries of a caller that does not wait before it queues its node the ordinary way (see `#tryAlone`). */
+const ALONE_ROUNDS = 4;
+
 /**
  * ZooKeeper's lock recipe as core's queue driver. A contender creates an ephemeral sequential node under the lock's
  * parent; the lowest sequence number holds the lock; every other contender watches only the node just before its
@@ -57,6 +74,8 @@ export class ZooKeeperProtocol implements QueueDriver<Claim, Wait> {
   readonly #attempts = new AttemptIds();
   readonly #tokens = new FencingTokens({ nodes: 'queue', warn: true });
   readonly #nodeData = new QueueNodeData();
+  /** Per client: whether its transactions can create and delete (a caller's wrapped client might not). */
+  readonly #multiWrites = new WeakMap<object, boolean>();
 
   constructor(deps: ZooKeeperProtocolDeps) {
     this.#deps = deps;
@@ -89,14 +108,19 @@ export class ZooKeeperProtocol implements QueueDriver<Claim, Wait> {
   }
 
   /**
-   * Creates the claim's ephemeral sequential node and lists the parent's children with it. The node is created
-   * whether or not the caller waits: the create is what takes a free lock. A missing parent is created.
+   * Creates the claim's ephemeral sequential node and lists the parent's children with it: the create is what takes
+   * a free lock. A missing parent is created. A caller that does not wait (`queue: false`) creates its node only in
+   * a lock nobody holds or waits for (`#tryAlone`).
    */
-  async enqueue(claim: Claim): Promise<Standing<Wait>> {
+  async enqueue(claim: Claim, { queue }: { readonly queue: boolean }): Promise<Standing<Wait>> {
     const session = await sessionFor(claim, this.#deps.sessions, this.grants);
     this.#deps.parents.use(claim.parent);
     claim.usesParent = true;
     session.hold(claim);
+    if (!queue && this.#canMultiWrite(session.client)) {
+      const alone = await this.#tryAlone(claim, session);
+      if (alone !== undefined) return alone;
+    }
     const entry = (await createQueueNode(session, claim, this.#nodeData.of(claim.request), {
       cleanup: this.#deps.cleanup,
       noParent: async (error, round) => {
@@ -189,6 +213,110 @@ export class ZooKeeperProtocol implements QueueDriver<Claim, Wait> {
     this.#deps.cleanup.handOverAll(session);
     this.#waits.sessionEnded(session);
     if (tokens.length > 0) this.#deps.lost(tokens);
+  }
+
+  /**
+   * The try of a caller that does not wait: one `multi` that deletes and re-creates the lock's parent and creates
+   * the claim's node in it. Deleting the parent fails with NotEmpty while anyone holds or waits, so the node is
+   * made only in a free lock, and nothing is written into a held one. A node written there only to be deleted
+   * would lead the queue if the holder left before its delete, and `inspect()`, an election's `leader()` and its
+   * observers would report as holder a caller that was told it lost. The children are listed in the same round
+   * trip (ZooKeeper answers a session's requests in order). Undefined when the ordinary create should decide:
+   * the parent holds only nodes that are not queue nodes (NotEmpty for ever), or the races did not settle.
+   */
+  async #tryAlone(claim: Claim, session: Session): Promise<Standing<Wait> | undefined> {
+    const { parent, attemptId } = claim;
+    const node: MultiOp = {
+      op: 'create',
+      path: attemptPrefix(parent, attemptId),
+      data: this.#nodeData.of(claim.request),
+      mode: CREATE_MODE.EPHEMERAL_SEQUENTIAL,
+    };
+    const makeParent: MultiOp = { op: 'create', path: parent, data: EMPTY, mode: CREATE_MODE.PERSISTENT };
+    // No parent yet (a new name, or one swept when idle): nobody holds it, and making it is the check.
+    let missing = false;
+    for (let round = 0; round < ALONE_ROUNDS; round++) {
+      const ops: readonly MultiOp[] = missing
+        ? [makeParent, node]
+        : [{ op: 'remove', path: parent }, makeParent, node];
+      const made = session.multi(ops, (late) => {
+        // Committed after the call gave up on it: an orphan holding the lock, unless deleted.
+        const path = late.ok ? late.paths[ops.length - 1] : undefined;
+        if (path !== undefined) {
+          this.#deps.cleanup.removeLater(session, nodesAt(parent, path.slice(parent.length + 1)));
+        }
+      });
+      const listed = childrenOf(session, parent);
+      listed.catch(noop);
+      let outcome: MultiOutcome;
+      try {
+        outcome = await made;
+      } catch (error) {
+        // Unanswered: the node may exist, so leaving deletes every node of the attempt id.
+        if (error instanceof TransportError) claim.uncertain = true;
+        if (!isConnectionLoss(error)) throw error;
+        // The multi may have happened before the connection dropped: look for the node by the attempt id.
+        const children = (await childrenOf(session, parent)) ?? [];
+        const found = children.find((child) => isNodeOfAttempt(child, attemptId));
+        if (found === undefined) continue;
+        claim.node = found;
+        claim.fencingToken = this.#tokenReader(session, `${parent}/${found}`, undefined);
+        return this.#standing(claim, session, children);
+      }
+      if (outcome.ok) {
+        const path = outcome.paths[ops.length - 1];
+        if (path === undefined) {
+          throw new TransportError(`ZooKeeper multi on ${parent} did not name the node it made`);
+        }
+        claim.node = path.slice(parent.length + 1);
+        claim.fencingToken = this.#tokenReader(session, path, outcome.zxid);
+        return this.#standing(claim, session, (await listed) ?? []);
+      }
+      const children = await listed.catch(() => undefined);
+      // A node of an earlier round whose answer was lost, seen only now: that one is the claim's.
+      const own = children?.find((child) => isNodeOfAttempt(child, attemptId));
+      if (children !== undefined && own !== undefined) {
+        claim.node = own;
+        claim.fencingToken = this.#tokenReader(session, `${parent}/${own}`, undefined);
+        return this.#standing(claim, session, children);
+      }
+      if (missing) {
+        missing = false;
+        // Made by someone else since (NodeExists), or the root is missing too (NoNode): made here, then look again.
+        if (outcome.failed === 0 && outcome.code === ZK_ERROR.NO_NODE) {
+          await createLockParent(session, this.#deps.root, parent);
+        } else if (!(outcome.failed === 0 && outcome.code === ZK_ERROR.NODE_EXISTS)) {
+          throw new TransportError(`ZooKeeper refused the try on ${parent} (error ${String(outcome.code)})`);
+        }
+        continue;
+      }
+      if (outcome.failed === 0 && outcome.code === ZK_ERROR.NOT_EMPTY) {
+        const queue = queueOrder(children ?? []);
+        const last = queue[queue.length - 1];
+        // Held or waited for: nothing was written. (Core never waits for a caller that does not wait.)
+        if (last !== undefined) return { kind: 'behind', wait: { predecessor: `${parent}/${last}` } };
+        // Only nodes that are not queue nodes keep the parent from being empty: the ordinary create decides.
+        if (children !== undefined && children.length > 0) return undefined;
+        continue; // the lock was freed since: try again
+      }
+      if (outcome.failed === 0 && outcome.code === ZK_ERROR.NO_NODE) {
+        missing = true;
+        continue;
+      }
+      throw new TransportError(`ZooKeeper refused the try on ${parent} (error ${String(outcome.code)})`);
+    }
+    return undefined;
+  }
+
+  /** Whether the client's transactions can create and delete; probed once per client, with no request sent. */
+  #canMultiWrite(client: ZooKeeperClientLike): boolean {
+    let can = this.#multiWrites.get(client);
+    if (can === undefined) {
+      const transaction = client.transaction();
+      can = typeof transaction.create === 'function' && typeof transaction.remove === 'function';
+      this.#multiWrites.set(client, can);
+    }
+    return can;
   }
 
   /** Where the claim stands among the parent's children; takes the grant when it is first. */

@@ -46,10 +46,11 @@ export type MultiOp =
 
 /**
  * What a `multi` came to: committed (with the transaction's zxid, the czxid of every node it created, when the
- * client lets it be read), or refused by the server, naming the first operation that failed and its error code.
+ * client lets it be read, and per operation the path a create made: a sequential node's name is only known from
+ * it), or refused by the server, naming the first operation that failed and its error code.
  */
 export type MultiOutcome =
-  | { readonly ok: true; readonly zxid: bigint | undefined }
+  | { readonly ok: true; readonly zxid: bigint | undefined; readonly paths: readonly (string | undefined)[] }
   | { readonly ok: false; readonly failed: number | undefined; readonly code: number | undefined };
 
 /** ZooKeeper's code for the operations of a failed multi after the one that failed. */
@@ -327,7 +328,8 @@ export class Session {
         transaction.commit((error, results) => {
           // Synchronously, before the client handles another reply: the header zxid is this transaction's.
           if (!error) {
-            done(null, { ok: true, zxid: replyZxid(client) });
+            const paths = (results ?? []).map((result) => result.path);
+            done(null, { ok: true, zxid: replyZxid(client), paths });
             return;
           }
           if (Array.isArray(results)) {

@@ -1,7 +1,8 @@
-import { type Leadership, LockClient } from '@dlock/core';
+import { AcquireTimeoutError, type Leader, type Leadership, LockClient } from '@dlock/core';
 import { FencingGate } from '@dlock/fencing-pg';
 import {
   PG_URL,
+  startTcpProxy,
   startZooKeeperServer,
   uniqueName,
   ZK_CONNECT,
@@ -164,6 +165,58 @@ describe('on the shared server', () => {
     expect(handOverMs).toBeLessThan(TTL_MS / 4);
     await second.resign();
     console.log(`[zookeeper election] resign handed over in ${handOverMs.toFixed(0)} ms (TTL ${TTL_MS} ms)`);
+  });
+
+  it('a candidate that does not wait is never shown as the leader, even when the leader resigns while its try is answered', {
+    timeout: 60_000,
+  }, async () => {
+    const TTL_MS = 10_000;
+    const DELAY_MS = 150;
+    const name = uniqueName('no-wait');
+    // The trying candidate talks to the server through a proxy that holds each chunk DELAY_MS each way: its try
+    // reaches the server DELAY_MS after it is sent, and whatever follows the answer comes 2 x DELAY_MS later.
+    const proxy = await startTcpProxy({ targetPort: Number(ZK_CONNECT.split(':')[1]) });
+    cleanups.push(() => proxy.close());
+    const trying = candidate(`127.0.0.1:${proxy.port}`, TTL_MS);
+    cleanups.push(() => {
+      proxy.delayMs = 0;
+    });
+    const observing = candidate(ZK_CONNECT, TTL_MS);
+    const observer = observing.client.election(name, { ttlMs: TTL_MS });
+    const leadership = await candidate(ZK_CONNECT, TTL_MS)
+      .client.election(name, { ttlMs: TTL_MS })
+      .campaign({ value: 'a' });
+    await trying.service.inspect(name); // its session is up before the delay starts
+    const seen: (Leader | null)[] = [];
+    const observation = new AbortController();
+    const observed = (async () => {
+      for await (const leader of observer.observe({ signal: observation.signal })) seen.push(leader);
+    })().catch(() => {});
+    proxy.delayMs = DELAY_MS;
+    let settled = false;
+    const attempt = trying.client
+      .election(name, { ttlMs: TTL_MS })
+      .campaign({ value: 't' })
+      .then(
+        (won) => won,
+        (error: unknown) => error,
+      )
+      .finally(() => {
+        settled = true;
+      });
+    // Resign once the try is on the server (a queue node of its shows up, or it has had time to arrive) and
+    // before its answer is back: a node written to be deleted would lead until its delete arrives.
+    await waitFor(async () => (await observing.service.inspect(name)).waiters === 1, DELAY_MS + 50, 5);
+    await leadership.resign();
+    const polled: (Leader | null)[] = [];
+    while (!settled) polled.push(await observer.leader());
+    for (let i = 0; i < 10; i++) polled.push(await observer.leader());
+    observation.abort();
+    await observed;
+    expect(await attempt).toBeInstanceOf(AcquireTimeoutError);
+    expect(polled.filter((leader) => leader !== null)).toEqual([]);
+    expect(seen.filter((leader) => leader?.value === 't')).toEqual([]);
+    expect(await observer.leader()).toBeNull();
   });
 
   it('three candidates, each on its own session, take over in campaign order with rising epochs', {

@@ -248,23 +248,124 @@ export class FakeZooKeeper implements ZooKeeperClientLike {
   }
 
   transaction(): ZooKeeperTransactionLike {
-    const paths: string[] = [];
+    const ops: TransactionOp[] = [];
     const transaction: ZooKeeperTransactionLike = {
       check: (path) => {
-        paths.push(path);
+        ops.push({ type: 'check', path });
+        return transaction;
+      },
+      create: (path, data, mode) => {
+        ops.push({ type: 'create', path, data, mode });
+        return transaction;
+      },
+      remove: (path) => {
+        ops.push({ type: 'delete', path });
         return transaction;
       },
       commit: (callback) => {
-        this.#answer(`multi ${paths.length}`, () => {
-          const results: ZooKeeperOpResultLike[] = paths.map((p) => ({
-            type: 13,
-            err: this.#nodes.has(p) ? 0 : -101,
-          }));
-          const failed = results.some((r) => r.err !== 0);
-          callback(failed ? error(-101) : null, results);
-        });
+        if (ops.every((op) => op.type === 'check')) {
+          // Checks only (the renewal batches): every node's result, as tests of those batches expect.
+          this.#answer(`multi ${ops.length}`, () => {
+            const results: ZooKeeperOpResultLike[] = ops.map((op) => ({
+              type: 13,
+              err: this.#nodes.has(op.path) ? 0 : -101,
+            }));
+            const failed = results.some((r) => r.err !== 0);
+            callback(failed ? error(-101) : null, results);
+          });
+          return;
+        }
+        this.#answer(`multi ${ops.map((op) => `${op.type} ${op.path}`).join(', ')}`, () =>
+          this.#commit(ops, callback),
+        );
       },
     };
     return transaction;
   }
+
+  /**
+   * A `multi` with writes, as the server runs it: all or nothing, one zxid for every operation, the watches fired
+   * only once it has committed. A refusal names the failing operation's code; the ones after it get -2.
+   */
+  #commit(
+    ops: readonly TransactionOp[],
+    callback: (error: Error | null | undefined, results?: readonly ZooKeeperOpResultLike[]) => void,
+  ): void {
+    const saved = new Map([...this.#nodes].map(([path, node]) => [path, { ...node }]));
+    const zxid = this.#zxid + 1n;
+    const fired: [Map<string, ZooKeeperWatcher[]>, string, number][] = [];
+    const results: ZooKeeperOpResultLike[] = [];
+    let failure: number | undefined;
+    for (const op of ops) {
+      const code = failure === undefined ? this.#apply(op, zxid, fired, results) : -2;
+      if (code !== 0) {
+        failure ??= code;
+        results.push({ type: -1, err: code });
+      }
+    }
+    if (failure !== undefined) {
+      this.#nodes.clear();
+      for (const [path, node] of saved) this.#nodes.set(path, node);
+      callback(error(failure), results);
+      return;
+    }
+    this.#zxid = zxid;
+    this.connectionManager.zxid = long(zxid);
+    callback(null, results);
+    for (const [watches, path, type] of fired) this.#fire(watches, path, type);
+  }
+
+  /** One operation of {@link #commit}: 0, with its result pushed, or the error code. */
+  #apply(
+    op: TransactionOp,
+    zxid: bigint,
+    fired: [Map<string, ZooKeeperWatcher[]>, string, number][],
+    results: ZooKeeperOpResultLike[],
+  ): number {
+    if (op.type === 'check') {
+      if (!this.#nodes.has(op.path)) return -101;
+      results.push({ type: 13, err: 0 });
+      return 0;
+    }
+    const parentPath = this.#parent(op.path);
+    const parent = this.#nodes.get(parentPath);
+    if (op.type === 'delete') {
+      if (!this.#nodes.has(op.path)) return -101;
+      if (this.children(op.path).length > 0) return -111;
+      this.#nodes.delete(op.path);
+      if (parent) parent.pzxid = zxid;
+      fired.push(
+        [this.#dataWatches, op.path, 2],
+        [this.#childWatches, op.path, 2],
+        [this.#childWatches, parentPath, 4],
+      );
+      results.push({ type: 2, err: 0 });
+      return 0;
+    }
+    if (!parent) return -101;
+    const mode = op.mode ?? 0;
+    const full =
+      mode === 2 || mode === 3 ? `${op.path}${String(parent.cversion).padStart(10, '0')}` : op.path;
+    if (this.#nodes.has(full)) return -110;
+    parent.cversion += 1;
+    parent.pzxid = zxid;
+    this.#nodes.set(full, {
+      czxid: zxid,
+      owner: mode === 1 || mode === 3 ? this.#sessionId : 0n,
+      data: Buffer.from(op.data ?? Buffer.alloc(0)),
+      cversion: 0,
+      pzxid: zxid,
+    });
+    fired.push([this.#dataWatches, full, 1], [this.#childWatches, parentPath, 4]);
+    results.push({ type: 1, path: full });
+    return 0;
+  }
+}
+
+/** One operation of a {@link FakeZooKeeper} transaction. */
+interface TransactionOp {
+  readonly type: 'check' | 'create' | 'delete';
+  readonly path: string;
+  readonly data?: Buffer;
+  readonly mode?: number;
 }

@@ -88,4 +88,38 @@ describe('the queue over the ZooKeeper protocol (fake clock)', () => {
     expect(service.session).toBeDefined();
     await service.close();
   });
+
+  it('a try that does not wait writes nothing into a held lock: one multi refused with NotEmpty and a listing', async () => {
+    const { zk, service, acquire, lease, queue } = await setup();
+    const held = lease('a', await acquire('a', 0));
+    const before = zk.calls.length;
+    expect(await acquire('a', 0)).toEqual({ acquired: false });
+    const sent = zk.calls.slice(before);
+    expect(sent).toHaveLength(2);
+    expect(sent[0]).toMatch(
+      /^multi delete \/locks\/a, create \/locks\/a, create \/locks\/a\/_c_[0-9a-f]{32}-$/,
+    );
+    expect(sent[1]).toBe('getChildren /locks/a');
+    expect(queue('a')).toEqual([`/locks/a/${held.ownershipToken}`]);
+    expect(await service.release(held)).toBe(true);
+    // Free now: the same two requests take it, with the node's czxid as the token (above the last holder's).
+    const taken = lease('a', await acquire('a', 0));
+    expect(taken.fencingToken).toBeGreaterThan(held.fencingToken);
+    expect(queue('a')).toEqual([`/locks/a/${taken.ownershipToken}`]);
+    await service.close();
+  });
+
+  it('a try finds a missing parent made, and a parent kept busy by a node that is no queue node no obstacle', async () => {
+    const { zk, service, acquire, lease, queue } = await setup();
+    const first = lease('fresh', await acquire('fresh', 0));
+    expect(queue('fresh')).toEqual([`/locks/fresh/${first.ownershipToken}`]);
+    expect(await service.release(first)).toBe(true);
+    // Some other tool's node under the parent: NotEmpty for ever, so the ordinary create decides.
+    await new Promise<void>((resolve, reject) =>
+      zk.create('/locks/fresh/note', Buffer.alloc(0), 0, (error) => (error ? reject(error) : resolve())),
+    );
+    const second = lease('fresh', await acquire('fresh', 0));
+    expect(queue('fresh')).toEqual(['/locks/fresh/note', `/locks/fresh/${second.ownershipToken}`].sort());
+    await service.close();
+  });
 });

@@ -140,6 +140,27 @@ describe('the lock recipe on a real ZooKeeper', () => {
     await holder.release();
   });
 
+  it('a try costs 3 requests with its release when free, 2 when busy, and never creates a node in a held lock', async () => {
+    const counted = countingClient(await connectedClient(ZK_CONNECT));
+    toClose.push(counted);
+    const client = lockClient(new ZooKeeperLockService({ client: counted, root: ROOT }));
+    const name = uniqueName('trycost');
+    await (await client.acquire(name, { ttlMs: TTL, waitMs: 0 })).release(); // makes the parent; checks the zxid
+    let before = counted.counts.requests;
+    for (let i = 0; i < 5; i++) await (await client.acquire(name, { ttlMs: TTL, waitMs: 0 })).release();
+    // One multi (the empty parent deleted and re-created, the node created), the listing beside it, the delete.
+    expect((counted.counts.requests - before) / 5).toBe(3);
+    const holder = await lockClient(service()).acquire(name, { ttlMs: TTL });
+    const czxid = (await statOf(raw, lockParentPath(ROOT, name)))?.czxid.readBigUInt64BE(0);
+    before = counted.counts.requests;
+    for (let i = 0; i < 5; i++) expect(await client.tryAcquire(name, { ttlMs: TTL })).toBeNull();
+    // The multi refused with NotEmpty and the listing: the parent, and so the queue, was never written.
+    expect((counted.counts.requests - before) / 5).toBe(2);
+    expect((await statOf(raw, lockParentPath(ROOT, name)))?.czxid.readBigUInt64BE(0)).toBe(czxid);
+    expect(await queueOf(name)).toHaveLength(1);
+    await holder.release();
+  });
+
   it('mints the holder node czxid as the fencing token', async () => {
     const s = service();
     const name = uniqueName('czxid');
