@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { lockParentPath, type ZooKeeperClientLike, ZooKeeperLockService } from '../src/index.js';
 import { semaphorePath } from '../src/keys.js';
 import { closeAfterEach } from './close-after-each.js';
-import { childrenOf, connectedClient, waitFor } from './helpers.js';
+import { childrenOf, connectedClient, reconnectedUnder, waitFor } from './helpers.js';
 
 // close() on a service whose caller's client is disconnected at that moment: the server keeps the session (the
 // connection comes back well within its timeout), and so the lock's grant and the permit's slot. They must go once
@@ -51,13 +51,7 @@ describe('close() while the caller-owned client is disconnected', () => {
     expect(await childrenOf(raw, `${semaphorePath(ROOT, semaphore)}/slots-1`)).toHaveLength(1);
 
     proxy.mode = 'pass';
-    expect(
-      await waitFor(
-        () => own.getState().code === 3 && own.getSessionId().toString('hex') === sessionId,
-        10_000,
-        50,
-      ),
-    ).toBe(true);
+    expect(await reconnectedUnder(own, sessionId)).toBe(true);
 
     // Another service takes both within a bound, although the caller's client (and its session) lives on.
     const [lockTaken, permitTaken] = await Promise.all([

@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { lockParentPath, type ZooKeeperClientLike, ZooKeeperLockService } from '../src/index.js';
 import { queueOrder } from '../src/keys.js';
 import { closeAfterEach } from './close-after-each.js';
-import { childrenOf, connectedClient, sleep, waitFor } from './helpers.js';
+import { childrenOf, connectedClient, reconnectedUnder, sleep, waitFor } from './helpers.js';
 
 // A client passed in whose session the adapter gave up on, while the server kept it: the server's replies are
 // swallowed (requests, pings and the reconnect handshake still reach it), so the adapter hears nothing for a whole
@@ -67,13 +67,7 @@ describe('a caller-owned client whose session comes back after the adapter gave 
     // Heal: the client's pending handshake was swallowed; a reset makes it reconnect, under the same session.
     proxy.dropReplies(false);
     proxy.resetAll();
-    expect(
-      await waitFor(
-        () => own.getState().code === 3 && own.getSessionId().toString('hex') === sessionId,
-        10_000,
-        50,
-      ),
-    ).toBe(true);
+    expect(await reconnectedUnder(own, sessionId)).toBe(true);
 
     expect(await waitFor(async () => (await queueOf(held)).length === 0, 5_000, 50)).toBe(true);
     expect(await waitFor(async () => (await queueOf(queued)).length === 1, 5_000, 50)).toBe(true);

@@ -218,3 +218,16 @@ export function forkHolder(
     },
   };
 }
+
+/** Whether `client` is connected (SyncConnected) under the session `sessionId` again within `timeoutMs`. */
+export function reconnectedUnder(
+  client: ZooKeeperClientLike,
+  sessionId: string | undefined,
+  timeoutMs = 10_000,
+): Promise<boolean> {
+  return waitFor(
+    () => client.getState().code === 3 && client.getSessionId().toString('hex') === sessionId,
+    timeoutMs,
+    50,
+  );
+}
