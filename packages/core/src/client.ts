@@ -18,7 +18,7 @@ import {
   TransportError,
   UnsupportedError,
 } from './errors.js';
-import { type AcquireFailure, handleEventBase, LockEvents } from './events.js';
+import { type AcquireFailure, catchReturned, handleEventBase, LockEvents } from './events.js';
 import { Handle, type HandleHost, type LockHandle } from './handle.js';
 import { checkedLockInfo, checkedPermitsInfo } from './inspection.js';
 import { LinkedSet } from './linked-set.js';
@@ -372,11 +372,12 @@ export class LockClient {
     this.#assertOpen();
     const lockName = validateName(name);
     validateCallback(callback, 'callback');
+    const report = (error: unknown): void => this.#callbackError(lockName, 'onRelease callback', error);
     const unwatch = this.#service.watch(lockName, () => {
       try {
-        callback();
+        catchReturned((callback as () => unknown)(), report);
       } catch (error) {
-        this.#callbackError(lockName, 'onRelease callback', error);
+        report(error);
       }
     });
     let active = true;
@@ -840,11 +841,13 @@ export class LockClient {
       heldMs: at - handle.acquiredAt,
       ...(error === undefined ? {} : { error }),
     });
+    const report = (callbackError: unknown): void =>
+      this.#callbackError(handle.name, 'onLost callback', callbackError);
     for (const callback of callbacks) {
       try {
-        callback(handle, reason);
+        catchReturned((callback as (h: LockHandle, r: LostReason) => unknown)(handle, reason), report);
       } catch (callbackError) {
-        this.#callbackError(handle.name, 'onLost callback', callbackError);
+        report(callbackError);
       }
     }
   }

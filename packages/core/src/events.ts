@@ -101,7 +101,8 @@ export interface LockEventMap {
     /** Why the service could not be told, for `failed`. */
     readonly error?: unknown;
   };
-  /** A user callback (onLost, onRelease, an event listener) threw; the library caught it. */
+  /** A user callback (onLost, onRelease, an event listener) threw, or the promise it returned rejected; the library
+   * caught it. */
   'callback-error': {
     /** The lock (or semaphore) the callback was for. */
     readonly name: string;
@@ -127,7 +128,26 @@ export function handleEventBase(
     ? { name, fencingToken, at, kind: 'lock' }
     : { name, fencingToken, at, kind: 'permit', slot };
 }
-/** A listener for the event `K`; what it throws is caught and reported as a `callback-error` event. */
+/**
+ * @internal Reports a rejection of what a user callback returned through `onError`. Callbacks are typed to return
+ * nothing, but an `async` one type-checks all the same, and its rejected promise, left alone, is an unhandled
+ * rejection: Node ends the process on one by default.
+ */
+export function catchReturned(result: unknown, onError: (error: unknown) => void): void {
+  if ((typeof result !== 'object' || result === null) && typeof result !== 'function') return;
+  try {
+    const then = (result as { then?: unknown }).then;
+    if (typeof then === 'function') then.call(result, undefined, onError);
+  } catch (error) {
+    // A thenable whose `then` throws: report it like a callback that threw.
+    onError(error);
+  }
+}
+
+/**
+ * A listener for the event `K`; what it throws, or a rejection of the promise it returns, is caught and reported as
+ * a `callback-error` event.
+ */
 export type LockEventListener<K extends LockEventType> = (event: LockEventMap[K]) => void;
 
 /** A small typed event stream. Listener exceptions never reach the code that emitted the event. */
@@ -168,18 +188,20 @@ export class LockEvents {
       }
       return;
     }
+    const report = (error: unknown): void => {
+      if (type === 'callback-error') return;
+      this.emit('callback-error', {
+        name: 'name' in event ? String(event.name) : '',
+        at: event.at,
+        source: `${type} listener`,
+        error,
+      });
+    };
     for (const listener of [...set]) {
       try {
-        (listener as LockEventListener<K>)(event);
+        catchReturned((listener as (event: LockEventMap[K]) => unknown)(event), report);
       } catch (error) {
-        if (type !== 'callback-error') {
-          this.emit('callback-error', {
-            name: 'name' in event ? String(event.name) : '',
-            at: event.at,
-            source: `${type} listener`,
-            error,
-          });
-        }
+        report(error);
       }
     }
   }

@@ -242,3 +242,60 @@ describe('a listener that throws what String() cannot convert', () => {
     }
   });
 });
+
+describe('a callback that returns a rejected promise', () => {
+  // An `async` callback type-checks where one returning nothing is expected; its rejection must not go unhandled
+  // (Node ends the process on an unhandled rejection by default).
+  it('onLost, onRelease, an election onLost and an event listener: each a callback-error, none unhandled', async () => {
+    const unhandled: unknown[] = [];
+    const onUnhandled = (reason: unknown): void => {
+      unhandled.push(reason);
+    };
+    process.on('unhandledRejection', onUnhandled);
+    try {
+      const { clock, memory, client } = setup();
+      const errors: LockEventMap['callback-error'][] = [];
+      client.events.on('callback-error', (e) => errors.push(e));
+      client.events.on('lost', async () => {
+        throw new Error('from a lost listener');
+      });
+      const unwatch = client.onRelease('a', async () => {
+        throw new Error('from onRelease');
+      });
+      const handle = await client.acquire('a', {
+        ttlMs: TTL,
+        onLost: async () => {
+          throw new Error('from onLost');
+        },
+      });
+      const leadership = await client.election('e', { ttlMs: TTL }).campaign({
+        onLost: async () => {
+          throw new Error('from an election onLost');
+        },
+      });
+      clock.jump(TTL); // a pause past both leases
+      await clock.advance(TTL);
+      expect(handle.state).toBe('lost');
+      expect(leadership.state).toBe('lost');
+      const other = await new LockClient(memory, { clock }).acquire('a', { ttlMs: TTL });
+      await other.release(); // the release notice reaches the onRelease callback
+      // Let Node look for unhandled rejections: it does so once the microtask queue is empty.
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(unhandled).toEqual([]);
+      // The lost listener runs for both losses; onRelease for every release notice (the lost lease's delete too).
+      expect([...new Set(errors.map((e) => (e.error as Error).message))].sort()).toEqual([
+        'from a lost listener',
+        'from an election onLost',
+        'from onLost',
+        'from onRelease',
+      ]);
+      expect(errors.find((e) => (e.error as Error).message === 'from onRelease')?.source).toBe(
+        'onRelease callback',
+      );
+      unwatch();
+      await client.close();
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+    }
+  });
+});

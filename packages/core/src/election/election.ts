@@ -73,12 +73,14 @@ export class Election {
     this.#host.assertOpen();
     let leadership: Leadership | undefined;
     const userOnLost = opts.onLost;
+    // Passes on what the callback returned: the client catches a rejected promise from an `async` one.
     const onLost =
       userOnLost === undefined
         ? undefined
-        : (_handle: unknown, reason: LostReason): void => {
-            if (leadership) userOnLost(leadership, reason);
-          };
+        : (_handle: unknown, reason: LostReason): unknown =>
+            leadership
+              ? (userOnLost as (l: Leadership, r: LostReason) => unknown)(leadership, reason)
+              : undefined;
     for (;;) {
       try {
         const handle = await this.#host.acquire(this.name, {
