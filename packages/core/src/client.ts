@@ -36,15 +36,16 @@ import { PendingCallHold } from './pending-hold.js';
 import { RenewalScheduler } from './renewal-scheduler.js';
 import { resolveSemaphoreOptions } from './semaphore/options.js';
 import { type Permit, Semaphore, type SemaphoreHost, type SemaphoreOptions } from './semaphore/semaphore.js';
-import type {
-  AcquireRequest,
-  AcquireResult,
-  Grant,
-  Lease,
-  LockInfo,
-  LockService,
-  PermitRequest,
-  PermitsInfo,
+import {
+  type AcquireRequest,
+  type AcquireResult,
+  type Grant,
+  type Lease,
+  type LockInfo,
+  type LockService,
+  type PermitRequest,
+  type PermitsInfo,
+  quietUnsubscribe,
 } from './service.js';
 import { admissionMarginMs, fullJitterBackoff, jitter, renewIntervalMs, validUntil } from './timing.js';
 import { linkSignals, WakeSignal } from './wake-signal.js';
@@ -141,7 +142,10 @@ export class LockClient {
       operationTimeoutMs: this.#options.operationTimeoutMs,
       lose: (handle, reason, error) => this.#lose(handle, reason, error),
     });
-    this.#unwatchLeases = service.watchLeases?.((tokens) => this.#leasesLost(tokens));
+    this.#unwatchLeases =
+      service.watchLeases === undefined
+        ? undefined
+        : quietUnsubscribe(service.watchLeases((tokens) => this.#leasesLost(tokens)));
     this.#electionHost = {
       clock: this.#clock,
       ownerId: this.ownerId,
@@ -373,13 +377,15 @@ export class LockClient {
     const lockName = validateName(name);
     validateCallback(callback, 'callback');
     const report = (error: unknown): void => this.#callbackError(lockName, 'onRelease callback', error);
-    const unwatch = this.#service.watch(lockName, () => {
-      try {
-        catchReturned((callback as () => unknown)(), report);
-      } catch (error) {
-        report(error);
-      }
-    });
+    const unwatch = quietUnsubscribe(
+      this.#service.watch(lockName, () => {
+        try {
+          catchReturned((callback as () => unknown)(), report);
+        } catch (error) {
+          report(error);
+        }
+      }),
+    );
     let active = true;
     const unsubscribe = (): void => {
       if (!active) return;
@@ -633,8 +639,7 @@ export class LockClient {
   /** Watches are a latency optimisation: a service that cannot set one up leaves the waiter to its backoff. */
   #watchQuietly(name: string, onReleased: () => void): () => void {
     try {
-      const unwatch = this.#service.watch(name, onReleased);
-      return typeof unwatch === 'function' ? unwatch : () => {};
+      return quietUnsubscribe(this.#service.watch(name, onReleased));
     } catch {
       return () => {};
     }

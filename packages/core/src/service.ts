@@ -247,3 +247,19 @@ export interface LockService {
    */
   inspectPermits?(name: string, permits: number): Promise<PermitsInfo>;
 }
+
+/**
+ * @internal Wraps what a service's `watch`, `watchLeases` or `watchChanges` returned so that calling it never
+ * throws: a subscription is best effort, and an unsubscribe that fails (a connection already gone) must not decide
+ * how an acquire, an observer or `close()` ends. Something that is not a function becomes a no-op.
+ */
+export function quietUnsubscribe(unsubscribe: unknown): () => void {
+  if (typeof unsubscribe !== 'function') return () => {};
+  return () => {
+    try {
+      unsubscribe();
+    } catch {
+      // Nothing to do: the service drops the subscription with its connection, and notices are only hints.
+    }
+  };
+}

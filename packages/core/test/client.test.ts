@@ -136,3 +136,75 @@ describe('renewal at scale', () => {
     await client.close();
   }, 60_000);
 });
+
+describe('a service whose unsubscribe functions throw', () => {
+  // A subscription is best effort; tearing one down must not decide how an acquire or close() ends.
+  function throwingUnsubscribes() {
+    const clock = new FakeClock({ seed: 3 });
+    const memory = new MemoryLockService({ clock });
+    const unsubscribeFails = (): (() => void) => () => {
+      throw new Error('unsubscribe failed');
+    };
+    const service: LockService = {
+      acquire: (request) => memory.acquire(request),
+      renew: (request) => memory.renew(request),
+      release: (lease) => memory.release(lease),
+      watch: (name, onReleased) => {
+        memory.watch(name, onReleased);
+        return unsubscribeFails();
+      },
+      watchLeases: () => unsubscribeFails(),
+      inspect: (name) => memory.inspect(name),
+      updateMetadata: (lease, metadata) => memory.updateMetadata(lease, metadata),
+      watchChanges: (name, onChange) => {
+        memory.watchChanges(name, onChange);
+        return unsubscribeFails();
+      },
+    };
+    return { clock, memory, client: new LockClient(service, { clock }) };
+  }
+
+  it('an acquire that waited returns its handle, not the unsubscribe error with the lock left held', async () => {
+    const { clock, memory, client } = throwingUnsubscribes();
+    const other = new LockClient(memory, { clock });
+    const blocker = await other.acquire('a', { ttlMs: TTL });
+    const waiting = outcome(client.acquire('a', { ttlMs: TTL, waitMs: 10_000 }));
+    await clock.advance(100);
+    await blocker.release();
+    await clock.advanceUntil(() => waiting.done, 5_000);
+    expect(waiting.error).toBeUndefined();
+    expect(waiting.value?.isHeld()).toBe(true);
+    expect(memory.holder('a')).toBe(waiting.value?.fencingToken);
+    await client.close();
+    await other.close();
+  });
+
+  it('close() still releases held handles, resolves, and ends observers without an uncaught error', async () => {
+    const uncaught: unknown[] = [];
+    const onUncaught = (error: unknown): void => {
+      uncaught.push(error);
+    };
+    process.on('uncaughtException', onUncaught);
+    try {
+      const { clock, memory, client } = throwingUnsubscribes();
+      const handle = await client.acquire('a', { ttlMs: TTL });
+      client.onRelease('b', () => {});
+      const observer = client.election('e', { ttlMs: TTL }).observe()[Symbol.asyncIterator]();
+      const first = outcome(observer.next());
+      await clock.advance(0);
+      expect(first.done).toBe(true);
+      const closed = outcome(client.close());
+      await clock.advance(0);
+      expect(closed.done).toBe(true);
+      expect(closed.error).toBeUndefined();
+      expect(handle.state).toBe('released');
+      expect(memory.holder('a')).toBeUndefined();
+      // An EventTarget listener's exception surfaces as an uncaught exception on a later turn.
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(uncaught).toEqual([]);
+      expect(clock.pendingTimers).toBe(0);
+    } finally {
+      process.off('uncaughtException', onUncaught);
+    }
+  });
+});

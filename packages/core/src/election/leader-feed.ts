@@ -1,4 +1,4 @@
-import type { LockInfo } from '../service.js';
+import { type LockInfo, quietUnsubscribe } from '../service.js';
 import type { ElectionHost } from './election-host.js';
 
 /** The leader of an election as the service reports it. */
@@ -82,7 +82,9 @@ export class LeaderFeed {
     const { service } = this.#host;
     const onChange = (): void => this.poke();
     try {
-      this.#unwatch = service.watchChanges?.(this.#name, onChange) ?? service.watch(this.#name, onChange);
+      this.#unwatch = quietUnsubscribe(
+        service.watchChanges?.(this.#name, onChange) ?? service.watch(this.#name, onChange),
+      );
     } catch {
       // Notices are an optimisation: the poll below still sees every change within half a lease.
       this.#unwatch = undefined;
