@@ -531,8 +531,7 @@ export class LockClient {
               );
             }
             current.retain(opts.onLost);
-            this.#emitAcquired(current, startedAt, attempts, true);
-            return current;
+            return this.#handOut(current, startedAt, attempts, true);
           }
         }
         attempts += 1;
@@ -570,10 +569,7 @@ export class LockClient {
         }
         if (result?.acquired) {
           const handle = this.#admit(name, result.grant, sentAt, opts, signal, permits);
-          if (handle) {
-            this.#emitAcquired(handle, startedAt, attempts, false);
-            return handle;
-          }
+          if (handle) return this.#handOut(handle, startedAt, attempts, false);
         }
         if (result) spentInTransit = result.acquired;
         const now = clock.monotonic();
@@ -684,6 +680,16 @@ export class LockClient {
     this.#held.add(handle);
     if (opts.reentrant && !this.#reentrant.get(name)?.isHeld()) this.#reentrant.set(name, handle);
     this.#scheduler.add(handle);
+    return handle;
+  }
+
+  /**
+   * Reports the grant and returns the handle, unless an `acquired` listener called `close()`, which released it:
+   * the acquire was then still pending at close() and must not resolve with a handle that is not held.
+   */
+  #handOut(handle: Handle, startedAt: number, attempts: number, reentered: boolean): Handle {
+    this.#emitAcquired(handle, startedAt, attempts, reentered);
+    if (handle.state !== 'held') throw handle.lostError ?? new ClientClosedError();
     return handle;
   }
 

@@ -63,3 +63,37 @@ describe('close() and the calls in flight', () => {
     expect(releasing.error).toBeInstanceOf(ClientClosedError);
   });
 });
+
+describe('close() from an acquired listener', () => {
+  it('the acquire that was reporting its grant rejects with ClientClosedError, not a released handle', async () => {
+    const clock = new FakeClock({ seed: 5 });
+    const memory = new MemoryLockService({ clock });
+    const client = new LockClient(memory, { clock });
+    let closed: ReturnType<typeof outcome<void>> | undefined;
+    client.events.on('acquired', () => {
+      closed ??= outcome(client.close());
+    });
+    const acquiring = outcome(client.acquire('a', { ttlMs: TTL }));
+    await clock.advance(0);
+    expect(acquiring.error).toBeInstanceOf(ClientClosedError);
+    expect(acquiring.value).toBeUndefined();
+    expect(closed?.done).toBe(true);
+    expect(memory.holder('a')).toBeUndefined();
+    expect(clock.pendingTimers).toBe(0);
+  });
+
+  it('so does a reentrant acquire sharing a handle', async () => {
+    const clock = new FakeClock({ seed: 5 });
+    const memory = new MemoryLockService({ clock });
+    const client = new LockClient(memory, { clock });
+    const outer = await client.acquire('a', { ttlMs: TTL, reentrant: true });
+    client.events.on('acquired', () => {
+      void client.close();
+    });
+    const inner = outcome(client.acquire('a', { ttlMs: TTL, reentrant: true }));
+    await clock.advance(0);
+    expect(inner.error).toBeInstanceOf(ClientClosedError);
+    expect(outer.state).toBe('released');
+    expect(memory.holder('a')).toBeUndefined();
+  });
+});
