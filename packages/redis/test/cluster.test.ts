@@ -184,5 +184,37 @@ for (const family of CLUSTER_FAMILIES) {
       expect(tokens.length).toBeGreaterThan(movedAt); // the lock kept working on its new master
       expect(done.reduce((a, b) => a + b, 0)).toBe(tokens.length);
     }, 30_000);
+
+    it("a waiter queued while its lock's slot moves to another master is woken by the release, not by its recheck", async () => {
+      // The old owner unsubscribes the waiter's wake channel when the slot leaves it; ioredis 5 and node-redis 5
+      // did not subscribe it again, so the hand-off reached nobody and the waiter slept until the holder's TTL.
+      const other = await family.connect(cluster.rootNodes);
+      const waiterService = new RedisLockService({
+        client: other.client as RedisClientLike,
+        keyPrefix: 'dlock-cl2:',
+      });
+      const waiters = new LockClient(waiterService);
+      try {
+        const name = `reshard-wake:${family.label}`;
+        const key = lockKeys('dlock-cl2:', name).lock;
+        const holder = await locks.acquire(name, { ttlMs: 8_000 });
+        const waiting = waiters.acquire(name, { ttlMs: 8_000, waitMs: 15_000 });
+        await new Promise((resolve) => setTimeout(resolve, 300));
+        const from = await cluster.masterOf(key);
+        const target = masters().find((node) => node.port !== from.port) as { host: string; port: number };
+        await cluster.migrateSlot(keySlot(key), target);
+        await new Promise((resolve) => setTimeout(resolve, 500));
+        const releasedAt = Date.now();
+        await holder.release();
+        const next = await waiting;
+        const wokenAfterMs = Date.now() - releasedAt;
+        await next.release();
+        expect(wokenAfterMs).toBeLessThan(2_000);
+      } finally {
+        await waiters.close();
+        await waiterService.close();
+        await other.close();
+      }
+    }, 30_000);
   });
 }

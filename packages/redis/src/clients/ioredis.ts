@@ -19,6 +19,8 @@ export interface IORedisClient {
   sunsubscribe(...channels: string[]): Promise<unknown>;
   /** `Redis`: the TCP socket of the current connection. */
   readonly stream?: { unref?(): void } | undefined;
+  /** `Cluster`: reloads the slot map (its sharded subscribers follow it). */
+  refreshSlotsCache?(callback?: (error?: Error | null) => void): void;
   /** `Cluster`: slot → node keys ("host:port"), the master first. */
   readonly slots?: readonly (readonly string[] | undefined)[];
 }
@@ -75,6 +77,30 @@ class IORedisSubscription implements RedisSubscription {
   };
   // ioredis reconnects by itself; an 'error' event without a listener would crash the process.
   readonly #onError = (): void => {};
+  /**
+   * A slot of a channel we hold moved to another master, whose old self then unsubscribed us (a SUNSUBSCRIBE the
+   * server sent by itself). ioredis 5 (RESP2) takes it for a reply nobody asked for, reports it only as a node
+   * error and neither learns the new owner nor subscribes again, so every later notice on the channel was lost. A
+   * refresh of its slot map makes its subscriber group subscribe the channels it keeps on their new owners; once
+   * that is done (`subscribersReady`), the callers look again, since notices sent meanwhile were lost.
+   */
+  readonly #onNodeError = (error: unknown): void => {
+    const channel = movedChannel(error);
+    if (channel === undefined || !this.#channels.has(channel)) return;
+    this.#moved = true;
+    try {
+      this.sub.refreshSlotsCache?.(() => {});
+    } catch {
+      // a client without a slot map to refresh: the waits' own timers still run
+    }
+  };
+  /** A channel was taken away by a slot move and the subscriber group has not been reset since. */
+  #moved = false;
+  readonly #onSubscribersReady = (): void => {
+    if (!this.#moved) return;
+    this.#moved = false;
+    for (const callback of [...this.#reconnects]) callback();
+  };
 
   constructor(
     readonly sub: IORedisClient,
@@ -84,6 +110,10 @@ class IORedisSubscription implements RedisSubscription {
     this.#connectedOnce = !owned;
     this.#events = sharded ? ['smessage', 'ready'] : ['message', 'ready'];
     sub.on('error', this.#onError);
+    if (sharded) {
+      sub.on('nodeError', this.#onNodeError);
+      sub.on('subscribersReady', this.#onSubscribersReady);
+    }
     sub.on(this.#events[0], this.#onMessage);
     sub.on(this.#events[1], this.#onReady);
   }
@@ -135,6 +165,8 @@ class IORedisSubscription implements RedisSubscription {
 
   detach(): void {
     this.sub.off('error', this.#onError);
+    this.sub.off('nodeError', this.#onNodeError);
+    this.sub.off('subscribersReady', this.#onSubscribersReady);
     this.sub.off(this.#events[0], this.#onMessage);
     this.sub.off(this.#events[1], this.#onReady);
     this.#reconnects.clear();
@@ -144,6 +176,15 @@ class IORedisSubscription implements RedisSubscription {
   #unref(): void {
     if (this.owned) this.sub.stream?.unref?.();
   }
+}
+
+/** What ioredis 5 says of a SUNSUBSCRIBE the server sent by itself: "... Last reply: sunsubscribe,<channel>,<count>". */
+const SERVER_SUNSUBSCRIBE = /Last reply: sunsubscribe,(.*),\d+$/s;
+
+/** The channel a server-sent SUNSUBSCRIBE took away, read from the node error ioredis reports it as. */
+function movedChannel(error: unknown): string | undefined {
+  if (!(error instanceof Error)) return undefined;
+  return SERVER_SUNSUBSCRIBE.exec(error.message)?.[1];
 }
 
 /** The first key a script call declares, which ioredis routes it by; undefined for other commands. */

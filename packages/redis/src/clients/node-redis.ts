@@ -1,5 +1,6 @@
 import type { Clock } from '@dlock/core';
 import type { MessageListener, RedisConnection, RedisSubscription } from './connection.js';
+import { keySlot } from './key-slot.js';
 import { messageText, normalizeReply } from './replies.js';
 
 /** What the adapter calls on a node-redis 5 or 6 client (`createClient`); checked by `detect.ts`. */
@@ -19,9 +20,22 @@ export interface NodeRedisClient {
 }
 
 /** What the adapter calls on a node-redis 5 or 6 cluster client (`createCluster`). */
+/** The connection a cluster client keeps for sharded pub/sub on one master. */
+interface ShardSubscriber {
+  on(event: string, listener: (...args: unknown[]) => void): unknown;
+}
+
 export interface NodeRedisCluster {
   readonly isOpen: boolean;
-  readonly slots: readonly ({ readonly master?: { readonly address?: unknown } } | undefined)[];
+  readonly slots: readonly (
+    | {
+        readonly master?: {
+          readonly address?: unknown;
+          readonly pubSub?: { readonly client?: ShardSubscriber | undefined } | undefined;
+        };
+      }
+    | undefined
+  )[];
   sendCommand(
     firstKey: string | undefined,
     isReadonly: boolean,
@@ -71,6 +85,11 @@ class ListenerMap {
     return wrapped;
   }
 
+  /** The node-redis listeners subscribed to `channel`. */
+  of(channel: string): ((message: unknown) => void)[] {
+    return [...(this.#channels.get(channel)?.values() ?? [])];
+  }
+
   take(channel: string, listener: MessageListener): ((message: unknown) => void) | undefined {
     const byListener = this.#channels.get(channel);
     const wrapped = byListener?.get(listener);
@@ -93,6 +112,33 @@ class NodeRedisSubscription implements RedisSubscription {
       return;
     }
     for (const callback of [...this.#reconnects]) callback();
+  };
+  /** The per-master sharded subscribers this watches for channels taken away by a slot move. */
+  readonly #shards = new WeakSet<ShardSubscriber>();
+  /**
+   * A slot of a channel we hold moved to another master, whose old self unsubscribed us (a SUNSUBSCRIBE the server
+   * sent by itself). node-redis 5 drops the channel's listeners and announces it under an event name its cluster
+   * does not listen to, so the channel stayed unsubscribed and every later notice on it was lost. Subscribing it
+   * again needs the new owner: a keyed command answered MOVED makes the cluster client reload its slot map. Then the
+   * callers look again, since notices sent meanwhile were lost. (Where the library follows the move itself, this
+   * subscribes listeners it already has: a no-op.)
+   */
+  readonly #onChannelMoved = (channel: unknown): void => {
+    if (typeof channel !== 'string') return;
+    const listeners = this.#listeners.of(channel);
+    if (listeners.length === 0) return;
+    const cluster = this.sub as NodeRedisCluster;
+    void (async () => {
+      try {
+        await cluster.sendCommand(channel, false, ['EXISTS', channel]);
+        for (const listener of listeners) await cluster.sSubscribe(channel, listener);
+        this.#watchShard(channel);
+      } catch {
+        // the waits' own timers still run
+        return;
+      }
+      for (const callback of [...this.#reconnects]) callback();
+    })();
   };
 
   constructor(
@@ -124,8 +170,22 @@ class NodeRedisSubscription implements RedisSubscription {
     // A subscribe sent before the connect finished would be refused as "client is closed".
     await this.#connecting?.catch(() => {});
     const wrapped = this.#listeners.wrap(channel, listener);
-    if (this.sharded) await (this.sub as NodeRedisCluster).sSubscribe(channel, wrapped);
-    else await (this.sub as NodeRedisClient).subscribe(channel, wrapped);
+    if (this.sharded) {
+      await (this.sub as NodeRedisCluster).sSubscribe(channel, wrapped);
+      this.#watchShard(channel);
+    } else await (this.sub as NodeRedisClient).subscribe(channel, wrapped);
+  }
+
+  /** Listens for slot moves on the sharded subscriber that now carries `channel` (see `#onChannelMoved`). */
+  #watchShard(channel: string): void {
+    try {
+      const shard = (this.sub as NodeRedisCluster).slots[keySlot(channel)]?.master?.pubSub?.client;
+      if (shard === undefined || this.#shards.has(shard)) return;
+      this.#shards.add(shard);
+      shard.on('sharded-channel-moved', this.#onChannelMoved);
+    } catch {
+      // a cluster client of another shape: moves are then left to the library and the waits' timers
+    }
   }
 
   async unsubscribe(channel: string, listener: MessageListener): Promise<void> {
