@@ -41,9 +41,9 @@ export function isDLockError(value: unknown): value is Error & {
 }
 
 /**
- * @internal `String(value)` for a message, or a fixed text for a value that has none: `String()` throws on a
- * null-prototype object or an error whose `toString` throws, and the message is built where a throw would leave a
- * call unsettled (a promise reaction) or escape into the code that emitted an event.
+ * `String(value)` for a message, or a fixed text for a value that has none: `String()` throws on a null-prototype
+ * object or an error whose `toString` throws, and a message is often built where a throw would leave a call
+ * unsettled (a promise reaction) or escape into the code that emitted an event.
  */
 export function textOf(value: unknown): string {
   try {

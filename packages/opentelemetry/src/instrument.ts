@@ -1,5 +1,6 @@
 import type { AcquireFailure, LockEventMap, LockKind } from '@dlock/core';
 import { InvalidArgumentError } from '@dlock/core';
+import { textOf } from '@dlock/core/adapter';
 import {
   type Attributes,
   context,
@@ -185,30 +186,21 @@ function redactor(name: string, base: Attributes): (text: string) => string {
   return (text) => text.replace(occurrence, '<lock>');
 }
 
-/** `String(value)`, or a fixed text for a value that cannot be made a string (a null-prototype object). */
-function asText(value: unknown): string {
-  try {
-    return String(value);
-  } catch {
-    return 'a value that is not an Error';
-  }
-}
-
 /** Marks a span failed with the error the call ended with, its text passed through `redact`. */
 function failed(span: Span, error: unknown, redact: (text: string) => string): void {
   let message: string;
   if (error instanceof Error) {
-    message = redact(asText(error.message));
+    message = redact(textOf(error.message));
     const code = (error as { code?: unknown }).code;
     const exception: { name: string; message: string; code?: string | number; stack?: string } = {
-      name: asText(error.name),
+      name: textOf(error.name),
       message,
     };
     if (typeof code === 'string' || typeof code === 'number') exception.code = code;
     if (typeof error.stack === 'string') exception.stack = redact(error.stack);
     span.recordException(exception);
   } else {
-    message = redact(asText(error));
+    message = redact(textOf(error));
   }
   span.setStatus({ code: SpanStatusCode.ERROR, message });
 }

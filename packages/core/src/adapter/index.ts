@@ -11,6 +11,7 @@ export {
   CallDeadlines,
   type Deadline,
 } from '../bounded-call.js';
+export { textOf } from '../errors.js';
 export { Link, LinkedSet } from '../linked-set.js';
 export { closestKey, rejectUnknownKeys } from '../option-keys.js';
 export {
