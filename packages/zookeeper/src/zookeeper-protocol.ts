@@ -259,15 +259,14 @@ export class ZooKeeperProtocol implements QueueDriver<Claim, Wait> {
         const children = (await childrenOf(session, parent)) ?? [];
         const found = children.find((child) => isNodeOfAttempt(child, attemptId));
         if (found === undefined) continue;
-        claim.node = found;
-        claim.fencingToken = this.#tokenReader(session, `${parent}/${found}`, undefined);
-        return this.#standing(claim, session, children);
+        return this.#found(claim, session, found, children);
       }
       if (outcome.ok) {
         const path = outcome.paths[ops.length - 1];
         if (path === undefined) {
           throw new TransportError(`ZooKeeper multi on ${parent} did not name the node it made`);
         }
+        // Named before the listing is awaited: should it fail, leaving must know which node to delete.
         claim.node = path.slice(parent.length + 1);
         claim.fencingToken = this.#tokenReader(session, path, outcome.zxid);
         return this.#standing(claim, session, (await listed) ?? []);
@@ -275,11 +274,7 @@ export class ZooKeeperProtocol implements QueueDriver<Claim, Wait> {
       const children = await listed.catch(() => undefined);
       // A node of an earlier round whose answer was lost, seen only now: that one is the claim's.
       const own = children?.find((child) => isNodeOfAttempt(child, attemptId));
-      if (children !== undefined && own !== undefined) {
-        claim.node = own;
-        claim.fencingToken = this.#tokenReader(session, `${parent}/${own}`, undefined);
-        return this.#standing(claim, session, children);
-      }
+      if (children !== undefined && own !== undefined) return this.#found(claim, session, own, children);
       if (missing) {
         missing = false;
         // Made by someone else since (NodeExists), or the root is missing too (NoNode): made here, then look again.
@@ -306,6 +301,16 @@ export class ZooKeeperProtocol implements QueueDriver<Claim, Wait> {
       throw new TransportError(`ZooKeeper refused the try on ${parent} (error ${String(outcome.code)})`);
     }
     return undefined;
+  }
+
+  /**
+   * The claim's node is `node`, found in a listing (`children`) after its create's answer was lost or refused: its
+   * token is read from the node, and its standing is where it is among them.
+   */
+  #found(claim: Claim, session: Session, node: string, children: readonly string[]): Promise<Standing<Wait>> {
+    claim.node = node;
+    claim.fencingToken = this.#tokenReader(session, `${claim.parent}/${node}`, undefined);
+    return this.#standing(claim, session, children);
   }
 
   /** Whether the client's transactions can create and delete; probed once per client, with no request sent. */
