@@ -75,9 +75,9 @@ export class EtcdProtocol extends EtcdDriver<HeldLock> implements QueueDriver<Cl
    * reads the holder and the two newest keys (the second newest is the one to watch). A caller that does not wait
    * (`queue: false`) writes nothing to a held lock, only reads our key and the holder: a key of its, written only to
    * be deleted, would lead the directory if the holder left in between, and an election's observers would report
-   * as leader a candidate that was told it lost. A key of ours found already
-   * there is stale — left by an attempt whose delete failed or whose answer was lost — and its create revision may
-   * be an old grant's fencing token: it is deleted and written afresh, never adopted. Unless it is this write's own:
+   * as leader a candidate that was told it lost. A key of ours found already there is stale — left by an attempt
+   * whose delete failed or whose answer was lost — and its create revision may be an old grant's fencing token: it
+   * is deleted and written afresh, never adopted. Unless it is this write's own:
    * etcd3 sends a write again after a connection reset, even one etcd applied, and the copy that answers then finds
    * the key the first copy made. That key keeps its place in the queue (see `isStale`).
    */

@@ -19,12 +19,12 @@ export interface NodeRedisClient {
   unref?(): void;
 }
 
-/** What the adapter calls on a node-redis 5 or 6 cluster client (`createCluster`). */
 /** The connection a cluster client keeps for sharded pub/sub on one master. */
 interface ShardSubscriber {
   on(event: string, listener: (...args: unknown[]) => void): unknown;
 }
 
+/** What the adapter calls on a node-redis 5 or 6 cluster client (`createCluster`). */
 export interface NodeRedisCluster {
   readonly isOpen: boolean;
   readonly slots: readonly (
