@@ -146,6 +146,10 @@ function checkSlot(slot: number, records: readonly HoldRecord[], report: Report)
       report('slot-overlap', `two windows open on slot ${slot} at ${from}`, [reach, record]);
     }
     if (to > from && (reach === undefined || to > openWindow(reach).to)) reach = record;
+    // A window that closed before its acquire resolved (the process was frozen between the grant and reading the
+    // clock) was never a hold its caller could act on, and its start says nothing of when it was granted: it takes
+    // no place in the order, as it takes none in the overlap check.
+    if (to <= from) continue;
     if (previous !== undefined && BigInt(record.token) <= BigInt(previous.token)) {
       report(
         'token-order',

@@ -66,6 +66,15 @@ describe('checkSemaphoreHistory', () => {
     ).toEqual([]);
   });
 
+  it('gives no place in the token order to a window that closed before its acquire resolved (a frozen process)', () => {
+    // Seen in an etcd soak: granted with token 281, its process frozen past the lease before it read the clock;
+    // 306 was granted, held and released meanwhile.
+    const frozen = hold(0, 281, 1_600, 1_604, { validUntil: 900, outcome: 'lost' });
+    expect(checkSemaphoreHistory([hold(0, 306, 1_000, 1_500), frozen], 1).violations).toEqual([]);
+    // With a window still open when it resolved, the same tokens are out of order.
+    expect(kinds([hold(0, 306, 1_000, 1_500), { ...frozen, validUntil: 1_700 }], 1)).toEqual(['token-order']);
+  });
+
   it('refuses malformed records instead of judging them', () => {
     const report = checkSemaphoreHistory(
       [hold(3, 1, 0, 1), hold(0, 1, 5, 1), hold(0, 1, 0, 1, { token: '1.5' }), hold(1, 1, Number.NaN, 1)],
