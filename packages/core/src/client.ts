@@ -12,10 +12,12 @@ import {
   type AcquireTimeoutReason,
   ClientClosedError,
   InvalidArgumentError,
+  isDLockError,
   LockLostError,
   LockReleasedError,
   type LostReason,
   TransportError,
+  textOf,
   UnsupportedError,
 } from './errors.js';
 import { type AcquireFailure, catchReturned, handleEventBase, LockEvents } from './events.js';
@@ -48,7 +50,7 @@ import {
   quietUnsubscribe,
 } from './service.js';
 import { admissionMarginMs, fullJitterBackoff, jitter, renewIntervalMs, validUntil } from './timing.js';
-import { linkSignals, WakeSignal } from './wake-signal.js';
+import { linkSignals, unlessAborted, WakeSignal } from './wake-signal.js';
 
 function defaultOwnerId(): string {
   return `${hostname()}:${process.pid}:${randomBytes(6).toString('hex')}`;
@@ -370,22 +372,31 @@ export class LockClient {
 
   /**
    * Calls `callback` when the service reports that `name` may have become free. Best effort (a notice can be
-   * missed during a disconnect). Returns the unsubscribe function; `close()` unsubscribes everything.
+   * missed during a disconnect). Returns the unsubscribe function; `close()` unsubscribes everything. Throws
+   * `InvalidArgumentError` for bad input, `ClientClosedError` after `close()`, and `TransportError` (the service's
+   * error as its `cause`) when the service could not set the subscription up: no callback will come.
    */
   onRelease(name: string, callback: () => void): () => void {
     this.#assertOpen();
     const lockName = validateName(name);
     validateCallback(callback, 'callback');
     const report = (error: unknown): void => this.#callbackError(lockName, 'onRelease callback', error);
-    const unwatch = quietUnsubscribe(
-      this.#service.watch(lockName, () => {
+    let subscription: unknown;
+    try {
+      subscription = this.#service.watch(lockName, () => {
         try {
           catchReturned((callback as () => unknown)(), report);
         } catch (error) {
           report(error);
         }
-      }),
-    );
+      });
+    } catch (error) {
+      // The caller asked for notices and will get none: say so, typed like every other failure of the service.
+      throw isDLockError(error)
+        ? error
+        : new TransportError(`watch "${lockName}" failed: ${textOf(error)}`, { cause: error });
+    }
+    const unwatch = quietUnsubscribe(subscription);
     let active = true;
     const unsubscribe = (): void => {
       if (!active) return;
@@ -398,9 +409,12 @@ export class LockClient {
   }
 
   /**
-   * Idempotent. Stops renewals, rejects pending acquires with `ClientClosedError`, releases every held handle
-   * (each bounded by `operationTimeoutMs`) and closes watches. Does not close the service, which the caller owns.
-   * A lease acquired with `renew: false` is not released: it was granted for its TTL, and freeing it early would
+   * Idempotent. Stops renewals, rejects pending acquires with `ClientClosedError`, releases every held handle and
+   * closes watches. Does not close the service, which the caller owns. A release that fails with a transport error
+   * is tried again until `operationTimeoutMs` after the call; if one still did not get through, `close()` rejects
+   * (once every other release settled) with a `TransportError` naming those locks, their errors in an
+   * `AggregateError` as its `cause`: the handles are released locally all the same, and those leases run out by their
+   * TTL. A lease acquired with `renew: false` is not released: it was granted for its TTL, and freeing it early would
    * let the work it guards run twice in one period; its handle is left to run out.
    */
   close(): Promise<void> {
@@ -424,6 +438,9 @@ export class LockClient {
     this.#unwatchLeases?.();
     for (const unsubscribe of [...this.#watches]) unsubscribe();
     const now = this.#clock.monotonic();
+    const until = now + this.#options.operationTimeoutMs;
+    const failed: { name: string; error: unknown }[] = [];
+    let sent = 0;
     const releases = this.#held.values().map((handle) => {
       if (!handle.renews) return Promise.resolve();
       // A window that closed before close() (a pause) is a loss, not a release: the delete still goes out.
@@ -433,7 +450,10 @@ export class LockClient {
       }
       handle.holds = 1;
       handle.releasedByClose = true;
-      return this.#releaseNow(handle, now).catch(() => {});
+      sent += 1;
+      return this.#releaseOnClose(handle, now, until).catch((error: unknown) => {
+        failed.push({ name: handle.resource, error });
+      });
     });
     this.#countTaken = true;
     const drained =
@@ -446,6 +466,63 @@ export class LockClient {
     // Only now, once the releases above are settled: the deadlines bound them. Calls still in flight (a manual
     // renew()) settle with ClientClosedError rather than never.
     this.#deadlines.stop(closed);
+    if (failed.length > 0) {
+      const names = failed.map((f) => JSON.stringify(f.name)).join(', ');
+      throw new TransportError(
+        `close() could not release ${failed.length} of ${sent} lock(s) (${names}): the service did not hear of it, so each runs out by its TTL`,
+        {
+          cause: new AggregateError(
+            failed.map((f) => f.error),
+            'releases that failed at close()',
+          ),
+        },
+      );
+    }
+  }
+
+  /**
+   * `close()`'s release of one handle: like {@link #releaseNow}, but a transport failure is retried until `until`
+   * (close's bound), so a connection reset at shutdown does not leave the lock to its TTL. One `released` event,
+   * with the last answer. Rejects with the last error when no try got through.
+   */
+  async #releaseOnClose(handle: Handle, startedAt: number, until: number): Promise<void> {
+    this.#forget(handle);
+    if (!handle.markReleased()) return;
+    const counted = this.#enter();
+    const clock = this.#clock;
+    try {
+      for (let tries = 1; ; tries += 1) {
+        const sentAt = clock.monotonic();
+        try {
+          const deleted = await boundedCall(() => this.#service.release(handle.lease), {
+            deadlines: this.#deadlines,
+            clock,
+            now: sentAt,
+            timeoutMs: Math.max(1, until - sentAt),
+            what: `release "${handle.name}"`,
+          });
+          this.#emitReleased(handle, startedAt, deleted === false ? 'not-found' : 'deleted', undefined);
+          return;
+        } catch (error) {
+          const now = clock.monotonic();
+          const backoff = fullJitterBackoff(
+            tries - 1,
+            this.#options.retryBaseMs,
+            this.#options.retryCapMs,
+            this.#random,
+          );
+          // At least 5 ms: a refused connection fails at once, and a tighter loop would only burn CPU.
+          const delay = Math.max(5, Math.min(backoff, (until - now) / 3));
+          if (!(error instanceof TransportError) || now + delay >= until) {
+            this.#emitReleased(handle, startedAt, 'failed', error);
+            throw error;
+          }
+          await clock.sleep(delay);
+        }
+      }
+    } finally {
+      this.#leave(counted);
+    }
   }
 
   #feedOf(name: string, ttlMs: number): LeaderFeed {
@@ -521,6 +598,8 @@ export class LockClient {
     try {
       for (;;) {
         if (signal.aborted) throw signal.reason;
+        // Set when this client holds the lock but could not extend it for this caller: no fresh attempt then.
+        let shared = false;
         if (opts.reentrant && permits === undefined) {
           const current = this.#reentrant.get(name);
           if (current?.isHeld()) {
@@ -530,46 +609,70 @@ export class LockClient {
                 `must match the reentrant handle already held for "${name}" (renew: ${current.renews})`,
               );
             }
-            current.retain(opts.onLost);
-            return this.#handOut(current, startedAt, attempts, true);
+            const ttlMs = this.#reentryTtl(current, opts.ttlMs);
+            if (ttlMs === undefined) {
+              current.retain(opts.onLost);
+              return this.#handOut(current, startedAt, attempts, true);
+            }
+            attempts += 1;
+            let extended = false;
+            try {
+              // Extended, or refused (the handle is then lost, and the next round takes the lock afresh).
+              extended = await unlessAborted(this.#scheduler.renewOne(current, ttlMs), signal);
+              lastError = undefined;
+            } catch (error) {
+              if (signal.aborted) throw signal.reason;
+              if (!(error instanceof TransportError)) throw error;
+              lastError = error;
+            }
+            if (extended && current.isHeld()) {
+              current.retain(opts.onLost);
+              return this.#handOut(current, startedAt, attempts, true);
+            }
+            // Still ours but not extended (the service could not be reached): retry within the budget, as a fresh
+            // acquire would. Lost: take it afresh at once.
+            shared = current.isHeld();
+            if (!shared) continue;
           }
         }
-        attempts += 1;
-        // The first attempt goes out right after the call began: its clock reading serves (an earlier send time only
-        // makes the validity window shorter).
-        const sentAt = attempts === 1 ? startedAt : clock.monotonic();
-        const remaining = Math.max(0, deadline - sentAt);
         let result: AcquireResult | undefined;
-        try {
-          result = await boundedCall(
-            (abandoned) => {
-              const request = new AttemptRequest(name, this.ownerId, opts, remaining, abandoned);
-              if (permits === undefined) return this.#service.acquire(request);
-              return this.#service.acquirePermit!(permitRequest(request, permits));
-            },
-            {
-              deadlines: this.#acquireDeadlines,
-              clock,
-              now: sentAt,
-              timeoutMs: remaining + operationTimeoutMs,
-              // The caller's own signal, if any (linked with close); close itself reaches the call through
-              // `#acquireDeadlines`, which saves a listener on the shared close signal per call.
-              signal: opts.signal === undefined ? undefined : signal,
-              what: `acquire "${name}"`,
-              onLate: (late) => {
-                if (late.acquired) this.#abandon(name, late.grant, permits);
+        if (!shared) {
+          attempts += 1;
+          // The first attempt goes out right after the call began: its clock reading serves (an earlier send time only
+          // makes the validity window shorter).
+          const sentAt = attempts === 1 ? startedAt : clock.monotonic();
+          const remaining = Math.max(0, deadline - sentAt);
+          try {
+            result = await boundedCall(
+              (abandoned) => {
+                const request = new AttemptRequest(name, this.ownerId, opts, remaining, abandoned);
+                if (permits === undefined) return this.#service.acquire(request);
+                return this.#service.acquirePermit!(permitRequest(request, permits));
               },
-            },
-          );
-          lastError = undefined;
-        } catch (error) {
-          if (signal.aborted) throw signal.reason;
-          if (!(error instanceof TransportError)) throw error;
-          lastError = error;
-        }
-        if (result?.acquired) {
-          const handle = this.#admit(name, result.grant, sentAt, opts, signal, permits);
-          if (handle) return this.#handOut(handle, startedAt, attempts, false);
+              {
+                deadlines: this.#acquireDeadlines,
+                clock,
+                now: sentAt,
+                timeoutMs: remaining + operationTimeoutMs,
+                // The caller's own signal, if any (linked with close); close itself reaches the call through
+                // `#acquireDeadlines`, which saves a listener on the shared close signal per call.
+                signal: opts.signal === undefined ? undefined : signal,
+                what: `acquire "${name}"`,
+                onLate: (late) => {
+                  if (late.acquired) this.#abandon(name, late.grant, permits);
+                },
+              },
+            );
+            lastError = undefined;
+          } catch (error) {
+            if (signal.aborted) throw signal.reason;
+            if (!(error instanceof TransportError)) throw error;
+            lastError = error;
+          }
+          if (result?.acquired) {
+            const handle = this.#admit(name, result.grant, sentAt, opts, signal, permits);
+            if (handle) return this.#handOut(handle, startedAt, attempts, false);
+          }
         }
         if (result) spentInTransit = result.acquired;
         const now = clock.monotonic();
@@ -620,6 +723,19 @@ export class LockClient {
       linked?.dispose();
       this.#leave(counted);
     }
+  }
+
+  /**
+   * The TTL to renew a reentrant handle with before it is shared with a caller that asked for `ttlMs`, or undefined
+   * if it already gives that caller what a fresh grant would: a TTL at least `ttlMs` (the lease renews itself), or,
+   * for a lease granted once (`renew: false`), a window that lasts at least as long as a fresh grant's. Never less
+   * than the handle's own TTL: its other holders asked for that.
+   */
+  #reentryTtl(handle: Handle, ttlMs: number): number | undefined {
+    const enough = handle.renews
+      ? handle.ttlMs >= ttlMs
+      : handle.expiresAt >= validUntil(this.#clock.monotonic(), ttlMs, this.#options.driftFactor);
+    return enough ? undefined : Math.max(ttlMs, handle.ttlMs);
   }
 
   /** Why the budget ran out: this client's own other handle, grants that arrived too late, or another owner. */

@@ -83,9 +83,12 @@ export class RenewalScheduler {
     this.#arm();
   }
 
-  /** Renews one handle now (manual `renew()`), outside the batch. */
-  async renewOne(handle: Handle): Promise<boolean> {
-    const [outcome] = await this.#renewBatch([handle]);
+  /**
+   * Renews one handle now (manual `renew()`, a reentrant acquire), outside the batch. `ttlMs`: the TTL to ask for,
+   * if not the handle's own (a reentrant acquire that asked for more); granted, it becomes the handle's.
+   */
+  async renewOne(handle: Handle, ttlMs = handle.ttlMs): Promise<boolean> {
+    const [outcome] = await this.#renewBatch([handle], [ttlMs]);
     if (outcome instanceof Error) throw outcome;
     return outcome === true;
   }
@@ -161,10 +164,10 @@ export class RenewalScheduler {
   }
 
   /** Renews handles in one round trip; resolves per handle to true, false (refused) or the transport error. */
-  async #renewBatch(handles: readonly Handle[]): Promise<(boolean | Error)[]> {
+  async #renewBatch(handles: readonly Handle[], ttls?: readonly number[]): Promise<(boolean | Error)[]> {
     const { clock, service, operationTimeoutMs } = this.#deps;
     for (const handle of handles) handle.renewInFlight = true;
-    const requests: RenewRequest[] = handles.map((h) => ({ lease: h.lease, ttlMs: h.ttlMs }));
+    const requests: RenewRequest[] = handles.map((h, i) => ({ lease: h.lease, ttlMs: ttls?.[i] ?? h.ttlMs }));
     const sentAt = clock.monotonic();
     // An answer after the last of these windows closes is of no use to any of them: wait no longer than that. Not
     // the first: a handle about to close (its service cut off) must not cut short the wait for the others' answers
@@ -196,7 +199,12 @@ export class RenewalScheduler {
     // All of them first: one bad result must not leave the others marked in flight for ever.
     for (const handle of handles) handle.renewInFlight = false;
     const outcomes = handles.map((handle, i) =>
-      this.#apply(handle, results instanceof Error ? results : validResult(results[i]), sentAt),
+      this.#apply(
+        handle,
+        results instanceof Error ? results : validResult(results[i]),
+        sentAt,
+        requests[i]!.ttlMs,
+      ),
     );
     this.#arm();
     return outcomes;
@@ -210,7 +218,12 @@ export class RenewalScheduler {
     this.#deps.lose(handle, error === undefined ? 'expired' : 'unreachable', error);
   }
 
-  #apply(handle: Handle, result: RenewResult | Error | undefined, sentAt: number): boolean | Error {
+  #apply(
+    handle: Handle,
+    result: RenewResult | Error | undefined,
+    sentAt: number,
+    requestedTtlMs: number,
+  ): boolean | Error {
     const { clock, driftFactor, renewFailBudget, events, lose } = this.#deps;
     if (handle.state !== 'held') return false;
     const now = clock.monotonic();
@@ -253,8 +266,10 @@ export class RenewalScheduler {
     }
     handle.renewFailures = 0;
     handle.lastRenewError = undefined;
-    if (result.ttlMs !== undefined && Number.isFinite(result.ttlMs) && result.ttlMs > 0)
-      handle.ttlMs = result.ttlMs;
+    handle.ttlMs =
+      result.ttlMs !== undefined && Number.isFinite(result.ttlMs) && result.ttlMs > 0
+        ? result.ttlMs
+        : requestedTtlMs;
     // The service confirmed ownership at some instant after sentAt, so the new window counts from sentAt.
     handle.expiresAt = Math.max(handle.expiresAt, validUntil(sentAt, handle.ttlMs, driftFactor));
     handle.renewDueAt = sentAt + jitter(renewIntervalMs(handle.ttlMs), () => clock.random());

@@ -1,4 +1,10 @@
-import { ClientClosedError, LockClient, type LockService, MemoryLockService } from '@dlock/core';
+import {
+  ClientClosedError,
+  LockClient,
+  type LockService,
+  MemoryLockService,
+  TransportError,
+} from '@dlock/core';
 import { FakeClock } from '@dlock/testing';
 import { describe, expect, it } from 'vitest';
 import { harness, outcome } from './harness.js';
@@ -49,6 +55,30 @@ describe('onRelease', () => {
     await clock.advance(0);
     expect(calls).toBe(1);
   });
+
+  it('a watch that throws synchronously becomes a TransportError naming the lock, never a raw exception', () => {
+    const clock = new FakeClock();
+    const memory = new MemoryLockService({ clock });
+    const cause = new Error('subscriber connection gone');
+    const service: LockService = {
+      acquire: (request) => memory.acquire(request),
+      renew: (request) => memory.renew(request),
+      release: (lease) => memory.release(lease),
+      watch: () => {
+        throw cause;
+      },
+    };
+    const client = new LockClient(service, { clock });
+    let thrown: unknown;
+    try {
+      client.onRelease('a', () => {});
+    } catch (error) {
+      thrown = error;
+    }
+    expect(thrown).toBeInstanceOf(TransportError);
+    expect(thrown).toMatchObject({ code: 'TRANSPORT', cause });
+    expect((thrown as Error).message).toContain('"a"');
+  });
 });
 
 describe('close()', () => {
@@ -92,6 +122,48 @@ describe('close()', () => {
     await client.close();
     await clock.advance(0);
     expect(clock.pendingTimers).toBe(0);
+  });
+
+  it('retries a release that failed on a transient transport error, so the lock is freed, not left to its TTL', async () => {
+    const { client, clock, faulty, memory, eventsOf } = harness({ operationTimeoutMs: 1_000 });
+    await client.acquire('a', { ttlMs: TTL });
+    faulty.failNext(1); // one reset connection, just as close() releases
+    const closing = outcome(client.close());
+    await clock.advanceUntil(() => closing.done, 1_000);
+    expect(closing.error).toBeUndefined();
+    expect(faulty.counts.attempted.release).toBe(2);
+    expect(memory.holder('a')).toBeUndefined();
+    expect(eventsOf('released').map((e) => e.result)).toEqual(['deleted']);
+  });
+
+  it('rejects with a TransportError naming every lock it could not release, within operationTimeoutMs', async () => {
+    const { client, clock, faulty, memory, eventsOf } = harness({ operationTimeoutMs: 1_000 });
+    const a = await client.acquire('a', { ttlMs: TTL });
+    const b = await client.acquire('b', { ttlMs: TTL });
+    await client.acquire('c', { ttlMs: TTL });
+    faulty.failNext(1); // the first release fails once and is retried
+    const closing = outcome(client.close());
+    await clock.advance(0);
+    faulty.partition('fail'); // the service is gone for the others' retries
+    await clock.advance(1_000);
+    expect(closing.done).toBe(true);
+    const error = closing.error as TransportError;
+    expect(error).toBeInstanceOf(TransportError);
+    expect(error.message).toMatch(/could not release 1 of 3/);
+    expect(error.cause).toBeInstanceOf(AggregateError);
+    expect((error.cause as AggregateError).errors).toHaveLength(1);
+    // Every handle ended locally all the same; the one the service did not hear of runs out by its TTL.
+    expect([a.state, b.state]).toEqual(['released', 'released']);
+    const held = ['a', 'b', 'c'].filter((name) => memory.holder(name) !== undefined);
+    expect(held).toHaveLength(1);
+    expect(
+      eventsOf('released')
+        .filter((e) => e.result === 'failed')
+        .map((e) => e.name),
+    ).toEqual(held);
+    // close() is idempotent: a second call reports the same outcome.
+    await expect(client.close()).rejects.toBe(error);
+    faulty.heal();
   });
 
   it('settles within operationTimeoutMs even when the service hangs on release', async () => {

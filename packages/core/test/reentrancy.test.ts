@@ -1,3 +1,5 @@
+import { LockClient, type LockService, MemoryLockService, TransportError } from '@dlock/core';
+import { FakeClock } from '@dlock/testing';
 import { describe, expect, it, vi } from 'vitest';
 import { harness, outcome } from './harness.js';
 
@@ -93,5 +95,91 @@ describe('in-process reentrancy', () => {
     await clock.advance(0);
     expect(old.state).toBe('lost');
     expect(onLost).toHaveBeenCalledTimes(1);
+  });
+
+  describe('a reentrant acquire gets at least the lease it asked for', () => {
+    it('renew: false: the shared lease is extended to the requested TTL before it is handed out', async () => {
+      const { client, clock, memory, faulty } = harness();
+      const first = await client.acquire('a', { ttlMs: TTL, renew: false, reentrant: true });
+      await clock.advance(2_500); // 500 ms of the lease left
+      const nested = await client.acquire('a', { ttlMs: TTL, renew: false, reentrant: true });
+      expect(nested).toBe(first);
+      expect(faulty.counts.attempted.renew).toBe(1);
+      // As much as a fresh grant of TTL would give: the TTL less the drift allowance (1% + 2 ms).
+      expect(nested.expiresAt - clock.monotonic()).toBeGreaterThanOrEqual(TTL - (TTL * 0.01 + 2));
+      expect((await memory.inspect('a')).expiresInMs).toBe(TTL);
+      await clock.advance(2_500); // past the first grant's TTL: still held, on the service too
+      expect(nested.isHeld()).toBe(true);
+      expect(memory.holder('a')).toBe(first.fencingToken);
+    });
+
+    it('renew: false: a lease with more time left than asked for is handed out as it is, with no call', async () => {
+      const { client, clock, faulty } = harness();
+      const first = await client.acquire('a', { ttlMs: 60_000, renew: false, reentrant: true });
+      await clock.advance(1_000);
+      const nested = await client.acquire('a', { ttlMs: TTL, renew: false, reentrant: true });
+      expect(nested).toBe(first);
+      expect(faulty.counts.attempted.renew).toBe(0);
+      expect(nested.ttlMs).toBe(60_000);
+    });
+
+    it('a longer TTL than the shared lease has: the lease is renewed with it, and keeps it', async () => {
+      const { client, clock, memory } = harness();
+      const first = await client.acquire('a', { ttlMs: 1_000, reentrant: true });
+      const nested = await client.acquire('a', { ttlMs: 60_000, reentrant: true });
+      expect(nested).toBe(first);
+      expect(nested.ttlMs).toBe(60_000);
+      expect((await memory.inspect('a')).expiresInMs).toBe(60_000);
+      // A pause of 10 s is within what the nested caller asked to survive.
+      clock.jump(10_000);
+      expect(nested.isHeld()).toBe(true);
+      await clock.advance(0);
+      expect(nested.state).toBe('held');
+      expect(memory.holder('a')).toBe(first.fencingToken);
+      await clock.advance(30_000); // renewals go on with the longer TTL
+      expect((await memory.inspect('a')).expiresInMs).toBeGreaterThan(30_000);
+    });
+
+    it('a renewal that cannot reach the service fails the nested acquire; the shared handle stays held', async () => {
+      const { client, clock, faulty } = harness();
+      const first = await client.acquire('a', { ttlMs: TTL, renew: false, reentrant: true });
+      await clock.advance(2_500);
+      faulty.failNext(1);
+      await expect(client.acquire('a', { ttlMs: TTL, renew: false, reentrant: true })).rejects.toBeInstanceOf(
+        TransportError,
+      );
+      expect(first.state).toBe('held');
+      await first.release(); // one hold only: the failed nested acquire did not count
+      expect(first.state).toBe('released');
+    });
+
+    it('a refused renewal loses the shared handle; the nested acquire takes the lock afresh', async () => {
+      const onLost = vi.fn();
+      const clock = new FakeClock();
+      const memory = new MemoryLockService({ clock });
+      let refuse = false;
+      const service: LockService = {
+        acquire: (request) => memory.acquire(request),
+        renew: (request) => (refuse ? Promise.resolve({ renewed: false }) : memory.renew(request)),
+        release: (lease) => memory.release(lease),
+        watch: (name, onReleased) => memory.watch(name, onReleased),
+      };
+      const client = new LockClient(service, { clock });
+      const first = await client.acquire('a', { ttlMs: TTL, renew: false, reentrant: true, onLost });
+      await clock.advance(2_500);
+      refuse = true; // the service no longer counts this grant as the holder (deleted by hand, a failover)
+      const nested = outcome(
+        client.acquire('a', { ttlMs: TTL, renew: false, reentrant: true, waitMs: 1_000 }),
+      );
+      await clock.advance(0);
+      expect(first.state).toBe('lost');
+      // The service still keeps the grant it no longer renews until its TTL: then the lock is taken afresh.
+      await clock.advanceUntil(() => nested.done, 1_000);
+      expect(nested.value).toBeDefined();
+      expect(onLost).toHaveBeenCalledTimes(1);
+      expect(nested.value).not.toBe(first);
+      expect(nested.value?.fencingToken).toBeGreaterThan(first.fencingToken);
+      await client.close();
+    });
   });
 });
