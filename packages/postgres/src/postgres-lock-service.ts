@@ -82,8 +82,15 @@ export class PostgresLockService implements LockService {
     const db = this.#db;
     const sql = this.#sql;
     const watch: PostgresReleaseWatch = new PostgresReleaseWatch(db, clock, {
-      observe: (names, ms) => db.query('observe', sql.observe, [names, watch.channel, ms]),
-      unobserve: (name) => db.query('unobserve', sql.unobserve, [name, watch.channel]),
+      observe: (names, ms, onSettled) =>
+        db.query('observe', sql.observe, [names, watch.channel, ms], { onSettled }),
+      unobserve: (name, timeoutMs) =>
+        db.query(
+          'unobserve',
+          sql.unobserve,
+          [name, watch.channel],
+          timeoutMs === undefined ? {} : { timeoutMs },
+        ),
       passOn: (kind, name) => db.query('pass on a wake-up', sql.wakeHead, [kind, name]),
       selfNotify: (payload) =>
         db.query('listening check', 'SELECT pg_notify($1, $2)', [watch.channel, payload]),
@@ -234,8 +241,9 @@ export class PostgresLockService implements LockService {
 
   /**
    * Ends pending acquires (what they queued is removed, once any statement of theirs still running has finished; a
-   * removal that fails is retried, for at most twice `requestTimeoutMs` in all), stops listening and waits for
-   * pending clean-ups. Idempotent.
+   * removal that fails is retried), stops listening and deletes this service's observer rows. Settles within twice
+   * `requestTimeoutMs` (plus timer slack), whatever the database does; what could not be removed by then is listed in
+   * the README (Errors). Idempotent.
    * Does not end the pool, which the caller owns, and does not release held locks: their holders' `LockClient`s do
    * that, or the leases run out. Every call after close rejects with a `ClientClosedError` (code `CLIENT_CLOSED`).
    */
@@ -250,27 +258,42 @@ export class PostgresLockService implements LockService {
   }
 
   async #close(): Promise<void> {
+    const { clock } = this.#db;
+    // One deadline for everything close waits for: a clean-up try or a delete still running past it (a connection
+    // that stopped answering) is left to its own statement bound and settles on its own.
+    const deadline = clock.monotonic() + 2 * this.#db.timeoutMs;
     this.#closing.abort(new PostgresServiceClosedError());
+    // Nothing waits or observes any more: the observer rows can go at once, beside the queue's clean-ups.
+    const watching = this.#watch.close(deadline);
     // Each pending acquire ends at once; what it left in a queue is being removed once it has.
-    await Promise.allSettled([...this.#acquiring]);
-    await this.#cleanupsLanded();
-    await Promise.allSettled([this.#cleanups.close(), this.#watch.close()]);
+    await this.#within(deadline, Promise.allSettled([...this.#acquiring]));
+    await this.#cleanupsLanded(deadline);
+    await this.#within(deadline, Promise.allSettled([this.#cleanups.close(), watching]));
   }
 
   /**
-   * Gives the clean-ups still running (the leave of each acquire close just ended, and earlier ones) a while to
-   * land: closing the retries at once would leave a clean-up whose try failed (its connection killed, a failover)
-   * undone, and its waiter row, or a grant nobody holds, would block the name for its whole lease. Bounded by twice
-   * a statement's bound (the time a try may wait for a statement still running); past it, a database that cannot be
+   * Gives the clean-ups still running (the leave of each acquire close just ended, and earlier ones) until `deadline`
+   * to land: closing the retries at once would leave a clean-up whose try failed (its connection killed, a failover)
+   * undone, and its waiter row, or a grant nobody holds, would block the name for its whole lease. Twice a statement's
+   * bound: the time a try may wait for a statement still running, then its own. Past it, a database that cannot be
    * reached leaves the rows to run out on their own, as a crashed process would.
    */
-  async #cleanupsLanded(): Promise<void> {
+  async #cleanupsLanded(deadline: number): Promise<void> {
     const { clock } = this.#db;
-    const until = clock.monotonic() + 2 * this.#db.timeoutMs;
-    while (this.#cleanups.pending > 0 && clock.monotonic() < until) {
+    while (this.#cleanups.pending > 0 && clock.monotonic() < deadline) {
       // Not unref'd: close() is a call in flight, and the process waits for it like for any other.
-      await clock.sleep(CLEANUP_POLL_MS);
+      await clock.sleep(Math.min(CLEANUP_POLL_MS, Math.max(0, deadline - clock.monotonic())));
     }
+  }
+
+  /** `promise`, or nothing once `deadline` (the clock's monotonic time) has passed. */
+  async #within(deadline: number, promise: Promise<unknown>): Promise<void> {
+    const { clock } = this.#db;
+    const left = deadline - clock.monotonic();
+    if (left <= 0) return;
+    const timer = new AbortController();
+    await Promise.race([promise, clock.sleep(left, timer.signal).catch(() => {})]);
+    timer.abort();
   }
 
   async #inQueue<C, W>(driver: QueueDriver<C, W>, request: AcquireRequest): Promise<AcquireResult> {

@@ -31,9 +31,13 @@ const MAX_BACKOFF_MS = 2_000;
  * statements that grant, release or update the name send `c:<name>` to every observer's channel.
  */
 export interface Observing {
-  /** Writes or refreshes this service's observer rows of `names` for `ms`. */
-  observe(names: readonly string[], ms: number): Promise<unknown>;
-  unobserve(name: string): Promise<unknown>;
+  /**
+   * Writes or refreshes this service's observer rows of `names` for `ms`; `onSettled` once the statement has finished
+   * on the server (it may commit after its call was given up).
+   */
+  observe(names: readonly string[], ms: number, onSettled: () => void): Promise<unknown>;
+  /** Deletes this service's observer row of `name`, bounded by `timeoutMs` (default: a statement's bound). */
+  unobserve(name: string, timeoutMs?: number): Promise<unknown>;
   /** Wakes the first live waiter of (kind, name): a wake-up reached a claim that no longer waits. */
   passOn(kind: string, name: string): Promise<unknown>;
   /** Sends `payload` to this service's channel through the pool (the listening connection's check). */
@@ -69,6 +73,14 @@ export class PostgresReleaseWatch {
   readonly #observing: Observing;
   #refreshTimer: AbortController | undefined;
   #pingTimer: AbortController | undefined;
+  /**
+   * Names whose observer row may be in the table, with the number of the last observe statement sent for each: a
+   * delete that succeeded after that statement had finished takes the name out.
+   */
+  readonly #rows = new Map<string, number>();
+  #observeSeq = 0;
+  /** Observe statements not yet finished on the server: until then, a delete may run before their insert. */
+  readonly #inFlight = new Set<Promise<void>>();
 
   constructor(db: Database, clock: Clock, observing: Observing) {
     this.#db = db;
@@ -120,7 +132,7 @@ export class PostgresReleaseWatch {
       const current = this.#names.get(name);
       if (!current?.delete(own) || current.size > 0) return;
       this.#names.delete(name);
-      if (this.#db.canListen && !this.#closed) this.#observing.unobserve(name).catch(() => {});
+      if (!this.#closed) this.#unobserve(name);
       if (this.#names.size === 0) this.#refreshTimer = cancel(this.#refreshTimer);
       this.#maybeIdle();
     };
@@ -139,17 +151,19 @@ export class PostgresReleaseWatch {
     }
   }
 
-  async close(): Promise<void> {
+  /**
+   * Stops listening and deletes this service's observer rows, settling by `deadline` (the clock's monotonic time):
+   * first it lets the observe statements still running finish (a delete run before its insert commits would find
+   * nothing, and the row would stay for OBSERVE_MS), then deletes every name's row that may be there. A database
+   * that cannot be reached by then keeps those rows until they expire (OBSERVE_MS at most).
+   */
+  async close(deadline: number): Promise<void> {
     this.#closed = true;
     this.#idleTimer = cancel(this.#idleTimer);
     this.#retryTimer = cancel(this.#retryTimer);
     this.#refreshTimer = cancel(this.#refreshTimer);
     this.#pingTimer = cancel(this.#pingTimer);
-    const observed = [...this.#names.keys()];
     this.#names.clear();
-    if (this.#db.canListen) {
-      await Promise.allSettled(observed.map((name) => this.#observing.unobserve(name)));
-    }
     this.#wakeAll();
     this.#claims.clear();
     const listening = this.#listening;
@@ -157,6 +171,56 @@ export class PostgresReleaseWatch {
     this.#listening = undefined;
     this.#unconfirmed = undefined;
     await Promise.all([listening?.close(), unconfirmed?.close()]);
+    if (!this.#db.canListen) return;
+    await this.#within(deadline, Promise.allSettled([...this.#inFlight]));
+    const left = deadline - this.#clock.monotonic();
+    if (left <= 0 || this.#rows.size === 0) return;
+    await Promise.allSettled(
+      [...this.#rows].map(([name, seq]) =>
+        this.#observing.unobserve(name, Math.ceil(left)).then(() => {
+          if (this.#rows.get(name) === seq) this.#rows.delete(name);
+        }),
+      ),
+    );
+  }
+
+  /** Writes or refreshes the observer rows of `names`, keeping track of the statement until the server is done. */
+  #observe(names: readonly string[]): Promise<unknown> {
+    const seq = ++this.#observeSeq;
+    for (const name of names) this.#rows.set(name, seq);
+    let settled!: () => void;
+    const done = new Promise<void>((resolve) => {
+      settled = resolve;
+    });
+    this.#inFlight.add(done);
+    void done.then(() => this.#inFlight.delete(done));
+    return this.#observing.observe(names, OBSERVE_MS, settled);
+  }
+
+  /** The last subscriber of `name` left: its row goes once every observe statement sent before has finished. */
+  #unobserve(name: string): void {
+    if (!this.#db.canListen || !this.#rows.has(name)) return;
+    void Promise.allSettled([...this.#inFlight]).then(() => {
+      // Subscribed again meanwhile, or closing (close() deletes every row itself, within its bound).
+      if (this.#closed || this.#names.has(name)) return;
+      const seq = this.#rows.get(name);
+      if (seq === undefined) return;
+      this.#observing.unobserve(name).then(
+        () => {
+          if (this.#rows.get(name) === seq) this.#rows.delete(name);
+        },
+        () => {},
+      );
+    });
+  }
+
+  /** `promise`, or nothing once `deadline` has passed. The wait is not unref'd: it is part of a call in flight. */
+  async #within(deadline: number, promise: Promise<unknown>): Promise<void> {
+    const left = deadline - this.#clock.monotonic();
+    if (left <= 0) return;
+    const timer = new AbortController();
+    await Promise.race([promise, this.#clock.sleep(left, timer.signal).catch(() => {})]);
+    timer.abort();
   }
 
   #open(): void {
@@ -333,7 +397,7 @@ export class PostgresReleaseWatch {
     this.#idleTimer = cancel(this.#idleTimer);
     if (!this.#listening) this.#open();
     // Once the row is in place, the subscribers look once: a change before it would have been missed.
-    this.#observing.observe([name], OBSERVE_MS).then(
+    this.#observe([name]).then(
       () => this.notify(name),
       () => {},
     );
@@ -345,7 +409,7 @@ export class PostgresReleaseWatch {
       this.#refreshTimer = undefined;
       const names = [...this.#names.keys()];
       if (this.#closed || names.length === 0) return;
-      this.#observing.observe(names, OBSERVE_MS).catch(() => {});
+      this.#observe(names).catch(() => {});
       this.#scheduleRefresh();
     });
   }
