@@ -237,6 +237,39 @@ export function lockServiceContract(
       expect(next.fencingToken).toBeGreaterThan(grant.fencingToken);
     });
 
+    it('keeps an unrenewed lease from every other owner for the TTL it granted', { timeout }, async () => {
+      const name = lockName();
+      const sentAt = clock.monotonic();
+      const grant = await grab(name, 'owner-a');
+      // Core counts the window from before the request with the TTL the grant reports: a lease that ends sooner
+      // lets a second owner in while the first still holds a valid handle.
+      await sleep(Math.floor(grant.ttlMs * 0.7));
+      const askedAt = clock.monotonic();
+      const other = await service.acquire(request(name, 'owner-b'));
+      // Only a machine too slow to ask within 80% of the TTL leaves this unjudged.
+      if (askedAt - sentAt < grant.ttlMs * 0.8) expect(other.acquired).toBe(false);
+      expect(await service.release(lease(name, grant, 'owner-a'))).toBe(true);
+    });
+
+    it('renews for the TTL asked, or answers with the TTL it kept', { timeout }, async () => {
+      const name = lockName();
+      const grant = await grab(name, 'owner-a');
+      // Core renews with a longer TTL than the grant's when a reentrant caller asks for more, and counts the
+      // window by the TTL the answer reports (`ttlMs`), else by the one it asked for.
+      const asked = grant.ttlMs * 3;
+      const sentAt = clock.monotonic();
+      const result = await service.renew({ lease: lease(name, grant, 'owner-a'), ttlMs: asked });
+      expect(result.renewed).toBe(true);
+      const kept = result.renewed && result.ttlMs !== undefined ? result.ttlMs : asked;
+      expect(kept).toBeGreaterThan(0);
+      // Past the first TTL where the renewal promised that much: nobody else may have the lock yet.
+      await sleep(Math.floor(Math.min(grant.ttlMs * 1.5, kept * 0.7)));
+      const askedAt = clock.monotonic();
+      const other = await service.acquire(request(name, 'owner-b'));
+      if (askedAt - sentAt < kept * 0.8) expect(other.acquired).toBe(false);
+      expect(await service.release(lease(name, grant, 'owner-a'))).toBe(true);
+    });
+
     it('expires an unrenewed lease; the old owner can neither renew nor release the new one', {
       timeout,
     }, async () => {
@@ -259,9 +292,11 @@ export function lockServiceContract(
       });
       try {
         const grant = await grab(name);
-        await sleep(20); // let a remote watch register before the release it must see
+        await sleep(100); // let a remote watch register (and say so, if it does) before the release it must see
+        // Counted from here: a notice sent when the subscription became active, or on the grant, is no release notice.
+        const beforeRelease = notices;
         await service.release(lease(name, grant));
-        expect(await waitFor(() => notices > 0, 5_000)).toBe(true);
+        expect(await waitFor(() => notices > beforeRelease, 5_000)).toBe(true);
       } finally {
         unwatch();
       }
@@ -277,17 +312,24 @@ export function lockServiceContract(
     }, async () => {
       const name = lockName();
       const holder = newClient();
+      // Neither its backoff (a minute) nor the holder's expiry (20 s), which a refusal may report, comes before the
+      // end of its budget: only a release notice (or the service's own queue) can hand it the lock sooner.
       const waiter = new LockClient(service, {
         clock,
-        retry: { baseMs: 10_000, capMs: 10_000 },
+        retry: { baseMs: 60_000, capMs: 60_000 },
         operationTimeoutMs: 5_000,
       });
       clients.push(waiter);
-      const first = await holder.acquire(name, { ttlMs: Math.max(ttlMs, 2_000) });
-      const waiting = waiter.acquire(name, { ttlMs, waitMs: 8_000 });
+      const first = await holder.acquire(name, { ttlMs: Math.max(ttlMs, 20_000) });
+      const waitMs = 8_000;
+      const waiting = waiter.acquire(name, { ttlMs, waitMs });
       await sleep(50);
+      const releasedAt = clock.monotonic();
       await first.release();
-      const second = await waiting;
+      // Time passes while it waits (on a FakeClock too). A waiter nobody woke would get the lock only by its last
+      // try at the end of its budget: woken, it has it long before.
+      const second = await awaitWhileTimePasses(waiting, 10_000);
+      expect(clock.monotonic() - releasedAt).toBeLessThan(waitMs / 4);
       expect(second.fencingToken).toBeGreaterThan(first.fencingToken);
       expect(second.isHeld()).toBe(true);
       await second.release();

@@ -228,9 +228,9 @@ export function semaphoreContract(
 
     it('a waiter gets a permit freed by expiry, without a release', { timeout }, async () => {
       const first = await semaphore(1).acquire({ renew: false });
-      const started = Date.now();
       const next = await semaphore(1).acquire({ waitMs: ttlMs * 3 + 5_000 });
-      expect(Date.now() - started).toBeLessThan(ttlMs * 3 + 5_000);
+      // The slot went to the waiter only once the first holder's window had closed, never while it was valid.
+      expect(first.isHeld()).toBe(false);
       expect(next.fencingToken).toBeGreaterThan(first.fencingToken);
       await next.release();
     });
