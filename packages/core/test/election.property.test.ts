@@ -14,6 +14,12 @@ const TTL = 300;
 const STEP = 10;
 const NAME = 'scheduler';
 const RUNS = Number(process.env['DLOCK_PROPERTY_RUNS'] ?? 150);
+/**
+ * Fixed, so the suite is deterministic: with a random seed, some sets of 150 schedules refuse no stale write (losses
+ * are rare and not every one leads to a stale write), and the coverage check below failed now and then. Set
+ * DLOCK_PROPERTY_SEED to explore other schedules.
+ */
+const SEED = Number(process.env['DLOCK_PROPERTY_SEED'] ?? 20_261_202);
 
 type Fault =
   | { kind: 'pause'; who: number; at: number; forMs: number }
@@ -158,7 +164,7 @@ describe('elections under pauses, partitions and resigns (property)', () => {
       fc.asyncProperty(plan, async (p) => {
         await runPlan(p);
       }),
-      { numRuns: RUNS },
+      { numRuns: RUNS, seed: SEED },
     );
     // The schedules must really have produced elections, losses and stale writes, or the property says nothing.
     expect(totals.terms).toBeGreaterThan(RUNS);
