@@ -1,3 +1,8 @@
+import { InvalidArgumentError } from '@dlock/core';
+
+/** The largest token a real gate's BIGINT column holds (2^63 - 1). */
+const MAX_TOKEN = 2n ** 63n - 1n;
+
 /** One write a {@link FencedStore} saw, accepted or not. */
 export interface FencedWrite<T> {
   /** The resource written. */
@@ -26,7 +31,8 @@ export type FencedWriteResult =
 /**
  * A resource that enforces fencing the way a real database gate does: a write is accepted only if its token is at
  * least the resource's high-water mark (equal tokens pass, so one holder may write many times), and the mark rises
- * to the token. Every accepted and rejected write is recorded for assertions.
+ * to the token; a write without a valid token is an error. Every accepted and rejected write is recorded for
+ * assertions.
  */
 export class FencedStore<T = unknown> {
   /** Every accepted write, in order. */
@@ -42,9 +48,18 @@ export class FencedStore<T = unknown> {
 
   /**
    * Stores `value` when `token` is at least the resource's mark (or the resource has none) and raises the mark to
-   * `token`; otherwise changes nothing. Records the write either way and never throws.
+   * `token`; otherwise changes nothing. Records the write either way. Throws `InvalidArgumentError` (field
+   * `resource` or `token`), recording nothing, for a resource that is not a non-empty string or a token that is not
+   * a `bigint` in `1 … 2^63 − 1`: a real gate refuses those too, and a write that forgot its token must fail a test,
+   * not pass it.
    */
   write(resource: string, token: bigint, value: T): FencedWriteResult {
+    if (typeof resource !== 'string' || resource.length === 0) {
+      throw new InvalidArgumentError('resource', 'must be a non-empty string');
+    }
+    if (typeof token !== 'bigint' || token < 1n || token > MAX_TOKEN) {
+      throw new InvalidArgumentError('token', 'must be a bigint fencing token from 1 to 2^63 - 1');
+    }
     const seq = this.#seq++;
     const mark = this.#marks.get(resource);
     if (mark !== undefined && token < mark) {

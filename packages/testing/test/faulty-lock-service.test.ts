@@ -143,4 +143,24 @@ describe('FencedStore', () => {
     expect(store.accepted.map((w) => w.token)).toEqual([5n, 5n, 7n, 1n]);
     expect(store.rejected).toMatchObject([{ resource: 'r', token: 4n, value: 3, highWaterMark: 5n }]);
   });
+
+  it('refuses a write without a valid fencing token, as a real gate does, and records nothing', () => {
+    // A caller that forgot the token (`lock.fencingtoken` is undefined) must fail its test, not pass it: a real gate
+    // (`@dlock/fencing-pg`, `@dlock/fencing-kysely`) throws for it.
+    const store = new FencedStore<number>();
+    expect(store.write('r', 5n, 1)).toEqual({ accepted: true });
+    for (const token of [undefined, null, 'x', Number.NaN, 0n, -1n, 2n ** 63n]) {
+      expect(() => store.write('r', token as bigint, 2)).toThrow(
+        expect.objectContaining({ code: 'INVALID_ARGUMENT', field: 'token' }),
+      );
+    }
+    expect(() => store.write('', 6n, 3)).toThrow(expect.objectContaining({ field: 'resource' }));
+    expect(() => store.write(7 as unknown as string, 6n, 3)).toThrow(
+      expect.objectContaining({ field: 'resource' }),
+    );
+    expect(store.read('r')).toBe(1);
+    expect(store.highWaterMark('r')).toBe(5n);
+    expect(store.accepted).toHaveLength(1);
+    expect(store.rejected).toHaveLength(0);
+  });
 });
