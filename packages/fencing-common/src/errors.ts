@@ -7,7 +7,12 @@
 const BRAND = Symbol.for('dlock.error');
 
 /** Every `code` a fencing gate can put on an error. */
-export type FencingErrorCode = 'STALE_FENCING_TOKEN' | 'INVALID_ARGUMENT' | 'FENCE_CONFLICT' | 'FENCE_BUSY';
+export type FencingErrorCode =
+  | 'STALE_FENCING_TOKEN'
+  | 'INVALID_ARGUMENT'
+  | 'FENCE_CONFLICT'
+  | 'FENCE_BUSY'
+  | 'FENCE_BROKEN';
 
 /**
  * Base class of the fencing errors.
@@ -74,7 +79,11 @@ export class InvalidArgumentError extends FencingError {
     readonly field: string,
     problem: string,
   ) {
-    super(`${field} ${problem}`);
+    // A caller's helper may pass anything as the name (a Symbol, an object without toString); reporting the
+    // mistake must not itself fail with a TypeError.
+    const name = typeof field === 'string' ? field : `(${typeof field})`;
+    super(`${name} ${typeof problem === 'string' ? problem : 'is invalid'}`);
+    this.field = name;
   }
 }
 
@@ -108,5 +117,36 @@ export class FenceBusyError extends FencingError {
     cause: unknown,
   ) {
     super(`fence row for "${resource}" stayed locked by another transaction past the wait bound`, { cause });
+  }
+}
+
+/**
+ * Why a {@link FenceBrokenError} was thrown:
+ * - `'transaction-ended'`: the callback ended the fenced transaction itself (COMMIT, ROLLBACK, or on MySQL a
+ *   statement that commits implicitly, such as DDL), so what it ran afterwards was not fenced.
+ * - `'rolled-back'`: the database rolled the fenced transaction back instead of committing it, because a statement
+ *   in the callback failed and the callback went on.
+ * - `'row-vanished'`: the fence row the guard had just locked could not be read back, so the gate cannot judge the
+ *   token (the fence table was altered or replaced behind the gate).
+ */
+export type FenceBrokenReason = 'transaction-ended' | 'rolled-back' | 'row-vanished';
+
+/**
+ * The gate could not keep its promise for this call, so it refuses to report success. Whatever was still open of
+ * the transaction was rolled back; anything the callback itself committed before that (by ending the transaction
+ * on its own) stays committed and was not fenced. Not retryable: running the same callback again would do the same.
+ */
+export class FenceBrokenError extends FencingError {
+  readonly code = 'FENCE_BROKEN';
+  readonly retryable = false;
+  constructor(
+    /** The resource the call was fenced on. */
+    readonly resource: string,
+    /** Which promise broke; see {@link FenceBrokenReason}. */
+    readonly reason: FenceBrokenReason,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
   }
 }

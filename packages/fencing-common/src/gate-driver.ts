@@ -1,3 +1,4 @@
+import { InvalidArgumentError } from './errors.js';
 import type { IsolationLevel } from './transaction-settings.js';
 
 /** A validated fence: the resource and the token that must not be below its mark. */
@@ -72,6 +73,14 @@ export function errorProperty(error: unknown, key: 'code' | 'errno'): unknown {
  * drivers return a 64-bit integer as a string, a number that may have lost digits, or a bigint.
  */
 export function markFromRows(rows: readonly unknown[]): bigint | null {
-  const row = rows[0] as { last_token: string } | undefined;
-  return row === undefined ? null : BigInt(row.last_token);
+  if (!Array.isArray(rows)) throw new InvalidArgumentError('rows', 'must be an array of rows');
+  const row: unknown = rows[0];
+  if (row === undefined) return null;
+  const mark =
+    typeof row === 'object' && row !== null ? (row as { last_token?: unknown }).last_token : undefined;
+  // The column is read as text; anything else means the statement or the table is not the gate's.
+  if (typeof mark !== 'string' || !/^[0-9]{1,19}$/.test(mark)) {
+    throw new InvalidArgumentError('rows', 'must hold a last_token column of decimal text');
+  }
+  return BigInt(mark);
 }

@@ -1,4 +1,6 @@
 export {
+  FenceBrokenError,
+  type FenceBrokenReason,
   FenceBusyError,
   FenceConflictError,
   FencingError,

@@ -16,18 +16,31 @@ import { InvalidArgumentError } from './errors.js';
  * ```
  */
 export function rejectUnknownKeys(options: unknown, field: string, known: readonly string[]): void {
+  assertKeyList(known, 'known');
   if (options === undefined) return;
   if (typeof options !== 'object' || options === null || Array.isArray(options)) {
     throw new InvalidArgumentError(field, `must be an object (got ${describeOptions(options)})`);
   }
   for (const key of Object.keys(options)) {
     if (known.includes(key)) continue;
-    const meant = closestKey(key, known);
+    // A key far longer than any option name is no typo of one; it is cut short so a megabyte key neither gets
+    // compared letter by letter nor copied into the error.
+    const shown = key.length > MAX_SHOWN_KEY ? `${key.slice(0, MAX_SHOWN_KEY)}…` : key;
+    const meant = key.length > MAX_SHOWN_KEY ? undefined : closestKey(key, known);
     const hint = meant === undefined ? '' : ` (did you mean "${meant}"?)`;
     throw new InvalidArgumentError(
-      `${field}.${key}`,
+      `${typeof field === 'string' ? field : 'options'}.${shown}`,
       `is not an option${hint}; known options: ${known.join(', ')}`,
     );
+  }
+}
+
+/** Longest key quoted whole in an error; option names are far shorter. */
+const MAX_SHOWN_KEY = 64;
+
+function assertKeyList(known: unknown, field: string): asserts known is readonly string[] {
+  if (!Array.isArray(known) || !known.every((key) => typeof key === 'string')) {
+    throw new InvalidArgumentError(field, 'must be an array of option names');
   }
 }
 
@@ -38,6 +51,8 @@ export function rejectUnknownKeys(options: unknown, field: string, known: readon
  * listed first.
  */
 export function closestKey(key: string, known: readonly string[]): string | undefined {
+  if (typeof key !== 'string') throw new InvalidArgumentError('key', 'must be a string');
+  assertKeyList(known, 'known');
   const typed = key.toLowerCase();
   let best: string | undefined;
   let bestRank = 4; // ranks 0..3 are close enough to suggest

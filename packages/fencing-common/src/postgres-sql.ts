@@ -1,4 +1,7 @@
+import { InvalidArgumentError } from './errors.js';
 import { errorProperty, type RetryableKind } from './gate-driver.js';
+import { parseLockTimeoutMs } from './transaction-settings.js';
+import { assertIdentifier } from './validate.js';
 
 /**
  * The PostgreSQL statements, shared by `@dlock/fencing-pg` and `@dlock/fencing-kysely` (PostgreSQL and PGlite) so
@@ -9,7 +12,11 @@ export interface PostgresFencingStatements {
   readonly createTable: string;
   /** Drops the fence table if it exists, and with it every mark. No parameters. */
   readonly dropTable: string;
-  /** One row back: accepted, and the row is locked. Zero rows: stale, and the row is locked too. */
+  /**
+   * One row back: accepted, and the row is locked. Zero rows: stale, and the row is locked too. The row carries
+   * `txid`, the id of the transaction that passed the gate, as text: a gate that owns the transaction compares it
+   * with the id just before COMMIT to notice a callback that committed and began another transaction.
+   */
   readonly guard: string;
   /** Reads the mark as text, because node-postgres returns int8 as a string and Number() would lose digits. */
   readonly highWaterMark: string;
@@ -17,6 +24,7 @@ export interface PostgresFencingStatements {
 
 /** Double-quotes an identifier for PostgreSQL and SQLite. Callers validate it first; quoting is the second wall. */
 export function quoteIdentifier(identifier: string): string {
+  if (typeof identifier !== 'string') throw new InvalidArgumentError('identifier', 'must be a string');
   return `"${identifier.replaceAll('"', '""')}"`;
 }
 
@@ -25,6 +33,8 @@ export function postgresFencingStatements(
   table: string,
   schema: string | undefined,
 ): PostgresFencingStatements {
+  assertIdentifier(table, 'table');
+  if (schema !== undefined) assertIdentifier(schema, 'schema');
   const name =
     schema === undefined ? quoteIdentifier(table) : `${quoteIdentifier(schema)}.${quoteIdentifier(table)}`;
   return Object.freeze({
@@ -40,7 +50,7 @@ export function postgresFencingStatements(
     guard: `INSERT INTO ${name} AS f (resource, last_token) VALUES ($1, $2::bigint)
 ON CONFLICT (resource) DO UPDATE SET last_token = EXCLUDED.last_token
 WHERE f.last_token <= EXCLUDED.last_token
-RETURNING 1 AS accepted`,
+RETURNING txid_current()::text AS txid`,
     highWaterMark: `SELECT last_token::text AS last_token FROM ${name} WHERE resource = $1`,
   });
 }
@@ -50,7 +60,8 @@ RETURNING 1 AS accepted`,
  * (`parseLockTimeoutMs`): `SET` takes no bind parameters, so the value is part of the text.
  */
 export function postgresLockTimeout(ms: number): string {
-  return `SET LOCAL lock_timeout = ${ms}`;
+  if (ms === undefined) throw new InvalidArgumentError('ms', 'must be an integer in 1..2147483647');
+  return `SET LOCAL lock_timeout = ${parseLockTimeoutMs(ms, 'ms')}`;
 }
 
 /**
@@ -71,6 +82,10 @@ export function classifyPostgresError(error: unknown): RetryableKind {
  * attempts cover any number of racers.
  */
 export async function createTableRacingOthers(create: () => Promise<unknown>, attempts = 5): Promise<void> {
+  if (typeof create !== 'function') throw new InvalidArgumentError('create', 'must be a function');
+  if (!Number.isSafeInteger(attempts) || attempts < 1) {
+    throw new InvalidArgumentError('attempts', 'must be a positive integer');
+  }
   for (let attempt = 1; ; attempt++) {
     try {
       await create();

@@ -32,6 +32,7 @@ export async function withFenceRetry<T>(
   attempt: (attemptNumber: number) => Promise<T>,
   options: FenceRetryOptions = {},
 ): Promise<T> {
+  if (typeof attempt !== 'function') throw new InvalidArgumentError('attempt', 'must be a function');
   rejectUnknownKeys(options, 'options', RETRY_OPTION_KEYS);
   const maxAttempts = options.maxAttempts ?? 5;
   const baseDelayMs = options.baseDelayMs ?? 10;
@@ -39,7 +40,8 @@ export async function withFenceRetry<T>(
   if (!Number.isSafeInteger(maxAttempts) || maxAttempts < 1) {
     throw new InvalidArgumentError('options.maxAttempts', 'must be a positive integer');
   }
-  if (!(baseDelayMs >= 0) || !(maxDelayMs >= 0)) {
+  // typeof first: a bigint or a numeric string compares fine here and then breaks (or coerces) in the backoff.
+  if (!isDelay(baseDelayMs) || !isDelay(maxDelayMs)) {
     throw new InvalidArgumentError('options.baseDelayMs', 'and options.maxDelayMs must be >= 0');
   }
   if (options.signal !== undefined && !isAbortSignalLike(options.signal)) {
@@ -59,6 +61,10 @@ export async function withFenceRetry<T>(
       if (options.signal?.aborted) throw error;
     }
   }
+}
+
+function isDelay(ms: unknown): boolean {
+  return typeof ms === 'number' && ms >= 0;
 }
 
 /** Duck-typed rather than `instanceof`, so signals from another realm or a polyfill pass. */

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { FenceBusyError, FenceConflictError, StaleFencingTokenError } from './errors.js';
+import { FenceBrokenError, FenceBusyError, FenceConflictError, StaleFencingTokenError } from './errors.js';
 import type { FenceCall, GuardVerdict, RetryableKind, TransactionDriver } from './gate-driver.js';
 import { checkGate, runGate } from './run-gate.js';
 
@@ -145,6 +145,13 @@ describe('runGate', () => {
     const db = newDb({ r: 10n });
     const error = await rejection(runGate(memoryDriver({ vanish: true }), db, call(9n), async () => 0));
     expect(error).not.toBeInstanceOf(StaleFencingTokenError);
+    expect(error).toBeInstanceOf(FenceBrokenError);
+    expect(error).toMatchObject({
+      code: 'FENCE_BROKEN',
+      reason: 'row-vanished',
+      resource: 'r',
+      retryable: false,
+    });
     expect(String(error)).toMatch(/vanished while locked/);
     expect(db.log.at(-1)).toBe('rollback');
   });

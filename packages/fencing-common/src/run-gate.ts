@@ -1,5 +1,15 @@
-import { FenceBusyError, FenceConflictError, StaleFencingTokenError } from './errors.js';
+import {
+  FenceBrokenError,
+  FenceBusyError,
+  FenceConflictError,
+  InvalidArgumentError,
+  isDLockError,
+  StaleFencingTokenError,
+} from './errors.js';
 import type { FenceCall, GateDriver, RetryableKind, TransactionDriver } from './gate-driver.js';
+import { rejectUnknownKeys } from './option-keys.js';
+import { parseIsolationLevel, parseLockTimeoutMs } from './transaction-settings.js';
+import { assertCallback, assertResource, parseFencingToken } from './validate.js';
 
 /**
  * The gate alone, inside a transaction the caller opened: guard, and when the guard does not say "accepted", read
@@ -9,6 +19,8 @@ import type { FenceCall, GateDriver, RetryableKind, TransactionDriver } from './
  * When it throws, the caller must roll back; a stale token leaves the fence row locked until then.
  */
 export async function checkGate<Tx>(driver: GateDriver<Tx>, tx: Tx, call: FenceCall): Promise<void> {
+  assertDriver(driver, false);
+  assertFenceCall(call);
   try {
     if ((await driver.guard(tx, call)) !== 'accepted') await judgeByMark(driver, tx, call);
   } catch (error) {
@@ -30,6 +42,9 @@ export async function runGate<Db, Tx, T>(
   call: FenceCall,
   fn: (tx: Tx) => Promise<T>,
 ): Promise<T> {
+  assertDriver(driver, true);
+  assertFenceCall(call);
+  assertCallback(fn);
   let inGuard = true;
   try {
     return await driver.transaction(db, call, async (tx) => {
@@ -48,7 +63,14 @@ export async function runGate<Db, Tx, T>(
  */
 async function judgeByMark<Tx>(driver: GateDriver<Tx>, tx: Tx, call: FenceCall): Promise<void> {
   const mark = await driver.lockedMark(tx, call);
-  if (mark === null) throw new Error(`fence row for "${call.resource}" vanished while locked`);
+  if (mark === null) {
+    throw new FenceBrokenError(
+      call.resource,
+      'row-vanished',
+      `fence row for "${call.resource}" vanished while locked: the gate cannot judge token ${call.token}, so it ` +
+        'refuses the write (was the fence table altered or replaced?)',
+    );
+  }
   // The guard can only raise the mark, so mark >= token here: equal means this write is the one that set it (an
   // insert the statement could not tell apart); greater means another holder got there first.
   if (mark > call.token) throw new StaleFencingTokenError(call.resource, call.token, mark);
@@ -56,7 +78,44 @@ async function judgeByMark<Tx>(driver: GateDriver<Tx>, tx: Tx, call: FenceCall):
 
 /** Maps what a retry can cure to the retryable fencing errors; everything else passes through unchanged. */
 function toFencingError(kind: RetryableKind, error: unknown, resource: string, inGuard: boolean): unknown {
+  // The gate's own verdicts (stale, broken) are final; a driver's classify must not rename them.
+  if (isDLockError(error)) return error;
   if (kind === 'conflict') return new FenceConflictError(resource, error);
   if (kind === 'busy' && inGuard) return new FenceBusyError(resource, error);
   return error;
+}
+
+const CALL_KEYS: readonly string[] = ['resource', 'token', 'isolationLevel', 'lockTimeoutMs'];
+const DRIVER_STEPS = ['guard', 'lockedMark', 'classify'] as const;
+
+/** A driver with every step the algorithm calls, checked before any of them runs. */
+function assertDriver(driver: unknown, withTransaction: boolean): void {
+  if (typeof driver !== 'object' || driver === null) {
+    throw new InvalidArgumentError('driver', 'must be a gate driver object');
+  }
+  const steps = driver as Partial<Record<(typeof DRIVER_STEPS)[number] | 'transaction', unknown>>;
+  for (const step of DRIVER_STEPS) {
+    if (typeof steps[step] !== 'function')
+      throw new InvalidArgumentError(`driver.${step}`, 'must be a function');
+  }
+  if (withTransaction && typeof steps.transaction !== 'function') {
+    throw new InvalidArgumentError('driver.transaction', 'must be a function');
+  }
+}
+
+/**
+ * The gates build `call` from checked input; checking it again here keeps a hand-written gate from sending a
+ * malformed fence (a number token, an unchecked name) to the database.
+ */
+function assertFenceCall(call: unknown): asserts call is FenceCall {
+  if (typeof call !== 'object' || call === null || Array.isArray(call)) {
+    throw new InvalidArgumentError('call', 'must be a FenceCall object (see parseFence)');
+  }
+  rejectUnknownKeys(call, 'call', CALL_KEYS);
+  const fields = call as Partial<Record<keyof FenceCall, unknown>>;
+  assertResource(fields.resource, 'call.resource');
+  if (typeof fields.token !== 'bigint') throw new InvalidArgumentError('call.token', 'must be a bigint');
+  parseFencingToken(fields.token, 'call.token');
+  parseIsolationLevel(fields.isolationLevel, 'call.isolationLevel');
+  parseLockTimeoutMs(fields.lockTimeoutMs, 'call.lockTimeoutMs');
 }

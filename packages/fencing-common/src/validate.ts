@@ -44,7 +44,7 @@ export function parseFencingToken(token: unknown, field = 'token'): bigint {
   } else {
     throw new InvalidArgumentError(
       field,
-      `must be a bigint, number or decimal string (got ${describe(token)})`,
+      `must be a bigint, number or decimal string (got ${describeValue(token)})`,
     );
   }
   if (value < 1n || value > MAX_FENCING_TOKEN) {
@@ -60,9 +60,17 @@ export function parseFencingToken(token: unknown, field = 'token'): bigint {
  */
 export function assertResource(resource: unknown, field = 'resource'): string {
   if (typeof resource !== 'string') {
-    throw new InvalidArgumentError(field, `must be a string (got ${describe(resource)})`);
+    throw new InvalidArgumentError(field, `must be a string (got ${describeValue(resource)})`);
   }
   if (resource.length === 0) throw new InvalidArgumentError(field, 'must not be empty');
+  // Every UTF-16 unit encodes to at least one UTF-8 byte, so a name with more units than the byte limit is too long
+  // whatever it holds: refused from its length alone, a 10 MB name is not scanned or encoded first.
+  if (resource.length > MAX_RESOURCE_BYTES) {
+    throw new InvalidArgumentError(
+      field,
+      `must be at most ${MAX_RESOURCE_BYTES} UTF-8 bytes (got ${resource.length} UTF-16 code units)`,
+    );
+  }
   if (resource.includes('\u0000')) throw new InvalidArgumentError(field, 'must not contain NUL characters');
   const bytes = utf8Length(resource);
   if (bytes < 0) throw new InvalidArgumentError(field, 'must not contain lone surrogates');
@@ -112,8 +120,22 @@ function utf8Length(s: string): number {
   return bytes;
 }
 
-function describe(value: unknown): string {
+/** A short, safe description of a wrong value for an error message; never throws, whatever `value` is. */
+export function describeValue(value: unknown): string {
   if (value === null) return 'null';
-  if (typeof value === 'object') return value.constructor?.name ?? 'object';
+  if (Array.isArray(value)) return 'an array';
+  if (typeof value === 'object') {
+    try {
+      // Data properties only: a getter could throw or run caller code. A Proxy's traps can still throw, hence try.
+      const prototype: unknown = Object.getPrototypeOf(value);
+      const ctor =
+        prototype === null ? undefined : Object.getOwnPropertyDescriptor(prototype, 'constructor')?.value;
+      const name =
+        typeof ctor === 'function' ? Object.getOwnPropertyDescriptor(ctor, 'name')?.value : undefined;
+      return typeof name === 'string' && name.length > 0 && name.length <= 64 ? name : 'object';
+    } catch {
+      return 'object';
+    }
+  }
   return typeof value;
 }

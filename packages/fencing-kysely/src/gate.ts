@@ -12,6 +12,7 @@ import {
 import type { Kysely, Transaction } from 'kysely';
 import { kyselyDriver, readMark, resourceParameter } from './kysely-driver.js';
 import {
+  assertKysely,
   type CheckFenceOptions,
   FENCING_OPTION_KEYS,
   type FencedOptions,
@@ -89,6 +90,7 @@ export async function checkFence<DB>(
   options: CheckFenceOptions = {},
 ): Promise<void> {
   const fence = parseFenceInput(options, resource, token);
+  assertKysely(trx, 'trx');
   const { gate, call } = resolveCall(trx, fence, options);
   if (!isTransaction(trx)) {
     // Outside a transaction the mark would commit on its own and fence nothing.
@@ -129,6 +131,7 @@ function prepareRun<DB>(
 ): { driver: TransactionDriver<Kysely<DB>, Transaction<DB>>; call: FenceCall } {
   const fence = parseFenceInput(options, resource, token);
   assertCallback(fn);
+  assertKysely(db, 'db');
   const { gate, call } = resolveCall(db, fence, options);
   return { driver: kyselyDriver<DB>(gate), call };
 }
@@ -154,6 +157,7 @@ export async function highWaterMark<DB>(
 ): Promise<bigint | null> {
   rejectUnknownKeys(options, 'options', FENCING_OPTION_KEYS);
   const checked = assertResource(resource);
+  assertKysely(db, 'db');
   const gate = resolveGate(db, options);
   return readMark(db, gate.sql.highWaterMark, resourceParameter(gate.dialect, checked));
 }

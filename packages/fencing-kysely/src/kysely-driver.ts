@@ -1,6 +1,18 @@
-import { markFromRows, type TransactionDriver } from '@dlock/fencing-common';
+import {
+  errorProperty,
+  FenceBrokenError,
+  type FenceCall,
+  markFromRows,
+  type TransactionDriver,
+} from '@dlock/fencing-common';
 import { CompiledQuery, type Kysely, type Transaction } from 'kysely';
 import type { FencingDialect, FencingDialectSql } from './dialect/dialect.js';
+
+/** The transaction id the first guard in a transaction reported (PostgreSQL), until `runFenced` commits it. */
+const guardTransactionIds = new WeakMap<object, string>();
+
+/** Kysely's brand on the error its PostgreSQL driver throws when COMMIT was answered with ROLLBACK (0.29+). */
+const KYSELY_ABORTED = Symbol.for('kysely.AbortedTransactionError');
 
 /** A dialect and the statements it built for one table: everything a call needs to speak to the database. */
 export interface Gate {
@@ -22,7 +34,14 @@ export function kyselyDriver<DB>(gate: Gate): TransactionDriver<Kysely<DB>, Tran
       const token = call.token.toString();
       const resource = resourceParameter(dialect, call.resource);
       const parameters = sql.guardParameters.map((p) => (p === 'resource' ? resource : token));
-      return dialect.verdict(await trx.executeQuery(CompiledQuery.raw(sql.guard, parameters)));
+      const result = await trx.executeQuery(CompiledQuery.raw(sql.guard, parameters));
+      // Only the first guard names the transaction: a callback's own checkFence after COMMIT and BEGIN must not
+      // vouch for the new one.
+      if (dialect.sameTransaction.kind === 'transaction-id' && !guardTransactionIds.has(trx)) {
+        const txid = (result.rows[0] as { txid?: unknown } | undefined)?.txid;
+        if (typeof txid === 'string') guardTransactionIds.set(trx, txid);
+      }
+      return dialect.verdict(result);
     },
     lockedMark: (trx, call) =>
       readMark(trx, sql.lockedHighWaterMark, resourceParameter(dialect, call.resource)),
@@ -32,10 +51,82 @@ export function kyselyDriver<DB>(gate: Gate): TransactionDriver<Kysely<DB>, Tran
         call.isolationLevel === undefined
           ? db.transaction()
           : db.transaction().setIsolationLevel(call.isolationLevel);
-      // Kysely commits when `body` resolves and rolls back when it rejects; the gate adds nothing to that.
-      return builder.execute(body);
+      // Kysely commits when `body` resolves and rolls back when it rejects; the gate only makes sure, before that
+      // commit, that the transaction is still the one it fenced.
+      return builder
+        .execute(async (trx) => {
+          const check = dialect.sameTransaction;
+          if (check.kind === 'savepoint') await trx.executeQuery(CompiledQuery.raw(check.set));
+          guardTransactionIds.delete(trx);
+          try {
+            const value = await body(trx);
+            await confirmSameTransaction(dialect, trx, call);
+            return value;
+          } finally {
+            guardTransactionIds.delete(trx);
+          }
+        })
+        .catch((error: unknown) => {
+          if (typeof error === 'object' && error !== null && KYSELY_ABORTED in error)
+            throw rolledBack(call, error);
+          throw error;
+        });
     },
   };
+}
+
+/** Throws {@link FenceBrokenError} unless `trx` is still in the transaction whose guard passed. */
+async function confirmSameTransaction<DB>(
+  dialect: FencingDialect,
+  trx: Transaction<DB>,
+  call: FenceCall,
+): Promise<void> {
+  const check = dialect.sameTransaction;
+  if (check.kind === 'transaction-id') {
+    const fenced = guardTransactionIds.get(trx);
+    let current: unknown;
+    try {
+      current = ((await trx.executeQuery(CompiledQuery.raw(check.statement))).rows[0] as { txid?: unknown })
+        ?.txid;
+    } catch (error) {
+      // PostgreSQL refuses every statement in a failed transaction: the callback swallowed a failed statement.
+      if (errorProperty(error, 'code') === '25P02') throw rolledBack(call, error);
+      throw error;
+    }
+    if (fenced !== undefined && current !== fenced) throw endedByCallback(call);
+    return;
+  }
+  try {
+    await trx.executeQuery(CompiledQuery.raw(check.release));
+  } catch (error) {
+    if (!check.isMissing(error)) throw error;
+    if (check.reopen !== undefined) {
+      // Fails harmlessly when the callback already began a transaction again.
+      await trx.executeQuery(CompiledQuery.raw(check.reopen)).catch(() => undefined);
+    }
+    throw endedByCallback(call, error);
+  }
+}
+
+function endedByCallback(call: FenceCall, cause?: unknown): FenceBrokenError {
+  return new FenceBrokenError(
+    call.resource,
+    'transaction-ended',
+    `the transaction fenced on "${call.resource}" ended inside the callback (COMMIT or ROLLBACK on its trx, an ` +
+      'implicit commit such as DDL on MySQL, or a deadlock that rolled it back): what ran after that was not ' +
+      'fenced, so the gate rolled back what was still open instead of committing',
+    cause === undefined ? undefined : { cause },
+  );
+}
+
+function rolledBack(call: FenceCall, cause: unknown): FenceBrokenError {
+  return new FenceBrokenError(
+    call.resource,
+    'rolled-back',
+    `transaction fenced on "${call.resource}" was rolled back: a statement in the callback failed and the ` +
+      'callback went on, so nothing was committed',
+    { cause },
+  );
 }
 
 /** What a statement binds for `resource` on `dialect`: the string, or what the dialect sends in its place. */

@@ -113,8 +113,12 @@ export function resolveCall<DB>(
 
 export function resolveGate<DB>(db: Kysely<DB>, options: FencingTableOptions): Gate {
   const { table, schema } = tableLocation(options);
-  const name = options.dialect ?? detectDialect(db);
-  const dialect = dialectNamed(name, 'options.dialect');
+  // Only `undefined` asks for detection: a `null` dialect is a mistake, not a request to guess.
+  const dialect =
+    options.dialect === undefined
+      ? dialectNamed(detectDialect(db), 'options.dialect')
+      : dialectNamed(options.dialect, 'options.dialect');
+  const name = dialect.name;
   const key = `${name}\u0000${schema ?? ''}\u0000${table}`;
   let gate = gates.get(key);
   if (gate === undefined) {
@@ -125,15 +129,18 @@ export function resolveGate<DB>(db: Kysely<DB>, options: FencingTableOptions): G
 }
 
 function dialectNamed(name: FencingDialectName, field: string): FencingDialect {
-  const dialect = DIALECTS[name];
-  if (!Object.hasOwn(DIALECTS, name) || dialect === undefined) {
+  // typeof first: indexing with an object would call its toString, which may throw or not exist.
+  const dialect = typeof name === 'string' && Object.hasOwn(DIALECTS, name) ? DIALECTS[name] : undefined;
+  if (dialect === undefined) {
     throw new InvalidArgumentError(field, `must be one of ${Object.keys(DIALECTS).join(', ')}`);
   }
   return dialect;
 }
 
 function tableLocation(options: Omit<FencingTableOptions, 'dialect'>): { table: string; schema?: string } {
-  const table = assertIdentifier(options.table ?? DEFAULT_FENCING_TABLE, 'options.table');
+  // `undefined` alone means "the default": a `null` table is a mistake, not a request for dlock_fencing.
+  const table =
+    options.table === undefined ? DEFAULT_FENCING_TABLE : assertIdentifier(options.table, 'options.table');
   return options.schema === undefined
     ? { table }
     : { table, schema: assertIdentifier(options.schema, 'options.schema') };
@@ -141,9 +148,12 @@ function tableLocation(options: Omit<FencingTableOptions, 'dialect'>): { table: 
 
 /** The dialect behind a Kysely instance, from its adapter. */
 export function detectDialect<DB>(db: Kysely<DB>): FencingDialectName {
+  if (typeof (db as { getExecutor?: unknown } | null)?.getExecutor !== 'function') {
+    throw new InvalidArgumentError('db', 'must be a Kysely instance (or set options.dialect)');
+  }
   // getExecutor() is marked internal in Kysely's docs but is public API in its typings; instanceof works
   // because kysely is a peer dependency, so the user's adapters are built from the classes we import.
-  const adapter = db.getExecutor().adapter;
+  const adapter: unknown = (db.getExecutor() as { adapter?: unknown } | undefined)?.adapter;
   if (adapter instanceof PostgresAdapter) return 'postgres';
   if (adapter instanceof MysqlAdapter) return 'mysql';
   if (adapter instanceof SqliteAdapter) return 'sqlite';
@@ -161,10 +171,23 @@ export function detectDialect<DB>(db: Kysely<DB>): FencingDialectName {
  */
 export function fencingSql(dialect: FencingDialectName, options: Omit<FencingTableOptions, 'dialect'> = {}) {
   rejectUnknownKeys(options, 'options', FENCING_OPTION_KEYS);
+  const named = dialectNamed(dialect, 'dialect');
   const told = (options as FencingTableOptions).dialect;
   if (told !== undefined && told !== dialect) {
     throw new InvalidArgumentError('options.dialect', `conflicts with the dialect argument "${dialect}"`);
   }
   const { table, schema } = tableLocation(options);
-  return dialectNamed(dialect, 'dialect').sql(table, schema);
+  return named.sql(table, schema);
+}
+
+/**
+ * Refuses what cannot be a Kysely instance or Transaction before anything is sent: `null`, a pool or a connection
+ * string would otherwise fail later as a TypeError from inside the gate.
+ */
+export function assertKysely(db: unknown, field: string): void {
+  const handle =
+    typeof db === 'object' && db !== null ? (db as { executeQuery?: unknown; isTransaction?: unknown }) : {};
+  if (typeof handle.executeQuery !== 'function' || typeof handle.isTransaction !== 'boolean') {
+    throw new InvalidArgumentError(field, 'must be a Kysely instance or Transaction');
+  }
 }

@@ -1,6 +1,12 @@
 import { createTableRacingOthers, rejectUnknownKeys } from '@dlock/fencing-common';
 import { CompiledQuery, type Kysely } from 'kysely';
-import { detectDialect, FENCING_OPTION_KEYS, type FencingTableOptions, fencingSql } from './options.js';
+import {
+  assertKysely,
+  detectDialect,
+  FENCING_OPTION_KEYS,
+  type FencingTableOptions,
+  fencingSql,
+} from './options.js';
 
 /**
  * A row of the fence table, to add to your `Database` interface if you query it yourself. Read marks with
@@ -62,12 +68,15 @@ export async function ensureFencingTable<DB>(
   options: FencingTableOptions = {},
 ): Promise<void> {
   rejectUnknownKeys(options, 'options', FENCING_OPTION_KEYS);
+  assertKysely(db, 'db');
   const { createTable } = tableSql(db, options);
   // Only PostgreSQL can lose a concurrent creation race; elsewhere the helper simply runs the statement once.
   await createTableRacingOthers(() => db.executeQuery(CompiledQuery.raw(createTable)));
 }
 
 function tableSql<DB>(db: Kysely<DB>, options: FencingTableOptions) {
+  assertKysely(db, 'db');
   const { dialect, ...location } = options;
-  return fencingSql(dialect ?? detectDialect(db), location);
+  // Only `undefined` asks for detection; fencingSql refuses a `null` dialect.
+  return fencingSql(dialect === undefined ? detectDialect(db) : dialect, location);
 }

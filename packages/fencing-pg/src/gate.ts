@@ -23,7 +23,7 @@ import {
   type PgPoolLike,
   type PgQueryable,
 } from './client-like.js';
-import { pgDriver, readMark } from './pg-driver.js';
+import { pgDriver, readMark, transactionStatus } from './pg-driver.js';
 import { type FencingSql, type FencingTableOptions, fencingSql } from './sql.js';
 
 export type { IsolationLevel };
@@ -88,6 +88,7 @@ export class FencingGate {
    * below) aborts that transaction instead of being retried.
    */
   async ensureSchema(db: PgQueryable): Promise<void> {
+    assertQueryable(db, 'db');
     await createTableRacingOthers(() => db.query(this.sql.createTable));
   }
 
@@ -151,10 +152,11 @@ export class FencingGate {
    */
   async checkFence(tx: PgClientLike & NotAPool, resource: string, token: FencingTokenInput): Promise<void> {
     const fence = parseFence(resource, token);
+    assertQueryable(tx, 'tx');
     if (isPool(tx)) {
       throw new InvalidArgumentError('tx', 'must be a client checked out of the pool, not the pool itself');
     }
-    const status = tx.getTransactionStatus?.();
+    const status = transactionStatus(tx);
     if (status === 'I') throw new InvalidArgumentError('tx', 'is not inside a transaction; run BEGIN first');
     if (status === 'E') throw new InvalidArgumentError('tx', FAILED_TRANSACTION);
     try {
@@ -206,6 +208,7 @@ export class FencingGate {
 
   /** The stored mark for `resource`, or `null` if no token was ever accepted for it. A read, not a fence. */
   async highWaterMark(db: PgQueryable, resource: string): Promise<bigint | null> {
+    assertQueryable(db, 'db');
     return readMark(db, this.sql.highWaterMark, assertResource(resource));
   }
 
@@ -225,8 +228,9 @@ export class FencingGate {
       lockTimeoutMs: parseLockTimeoutMs(options.lockTimeoutMs),
     };
     assertCallback(fn);
+    assertQueryable(db, 'db');
     if (!isPool(db)) {
-      const status = db.getTransactionStatus?.();
+      const status = transactionStatus(db);
       if (status === 'T' || status === 'E') {
         // Our BEGIN would only warn and our COMMIT would end the caller's transaction early.
         throw new InvalidArgumentError(
@@ -236,5 +240,19 @@ export class FencingGate {
       }
     }
     return runGate(this.#driver, db, call, fn);
+  }
+}
+
+/**
+ * Refuses what cannot be a pool or a client before anything is sent: `null` or a connection string would
+ * otherwise fail later as a TypeError from deep inside the gate.
+ */
+function assertQueryable(db: unknown, field: string): asserts db is PgQueryable {
+  if ((typeof db !== 'object' && typeof db !== 'function') || db === null) {
+    throw new InvalidArgumentError(field, 'must be a pg Pool, PoolClient or Client');
+  }
+  const handle = db as { query?: unknown; connect?: unknown; release?: unknown };
+  if (typeof handle.query !== 'function') {
+    throw new InvalidArgumentError(field, 'must be a pg Pool, PoolClient or Client (it has no query method)');
   }
 }

@@ -3,6 +3,8 @@
  * The errors and helpers shared with `@dlock/fencing-kysely` are re-exported so one import is enough.
  */
 export {
+  FenceBrokenError,
+  type FenceBrokenReason,
   FenceBusyError,
   FenceConflictError,
   type FenceRetryOptions,

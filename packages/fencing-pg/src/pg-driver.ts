@@ -1,6 +1,9 @@
 import {
   classifyPostgresError,
+  errorProperty,
+  FenceBrokenError,
   type FenceCall,
+  InvalidArgumentError,
   markFromRows,
   postgresLockTimeout,
   type TransactionDriver,
@@ -17,13 +20,35 @@ export function pgDriver(sql: FencingSql): TransactionDriver<PgQueryable, PgClie
     async guard(client, call) {
       const accepted = await client.query(sql.guard, [call.resource, call.token.toString()]);
       // One row back: accepted. Zero rows: the row exists, is locked by this transaction and holds a larger token.
-      return accepted.rows.length === 1 ? 'accepted' : 'read-mark';
+      if (accepted.rows.length !== 1) return 'read-mark';
+      // The first guard of a transaction names it; a callback's own checkFence on the same client must not rename
+      // it, or a callback that committed and began again could vouch for its new transaction.
+      if (!fencedTransactions.has(client)) {
+        const txid = (accepted.rows[0] as { txid?: unknown } | undefined)?.txid;
+        if (typeof txid === 'string') fencedTransactions.set(client, txid);
+      }
+      return 'accepted';
     },
     lockedMark: (client, call) => readMark(client, sql.highWaterMark, call.resource),
     classify: classifyPostgresError,
     async transaction(db, call, body) {
       const begin = beginStatement(call);
-      if (!isPool(db)) return inTransaction(db, begin, call.resource, body);
+      if (!isPool(db)) {
+        // pg queues a second caller's statements on the same connection: its BEGIN would only warn and the first
+        // caller's COMMIT or ROLLBACK would end both transactions, whatever the second one later reports.
+        if (clientsInUse.has(db)) {
+          throw new InvalidArgumentError(
+            'db',
+            'is already running a fenced transaction; await it first, or pass a pool so each call gets a client',
+          );
+        }
+        clientsInUse.add(db);
+        try {
+          return await inTransaction(db, begin, call.resource, body);
+        } finally {
+          clientsInUse.delete(db);
+        }
+      }
       const client = await db.connect();
       // A backend that dies while we hold its client makes pg emit 'error', which would crash the process with
       // no listener attached; the same failure already reaches us as a rejected query, so the event can be dropped.
@@ -45,6 +70,52 @@ export async function readMark(db: PgQueryable, text: string, resource: string):
   return markFromRows((await db.query(text, [resource])).rows);
 }
 
+/** Clients (not pools) that a `runFenced` call is using right now. */
+const clientsInUse = new WeakSet<PgClientLike>();
+
+/** The transaction id the gate's guard reported on a client, until the transaction `inTransaction` opened ends. */
+const fencedTransactions = new WeakMap<PgClientLike, string>();
+
+/** Put in the check's failure so that failure cannot be mistaken for another 22P02. */
+const ENDED = 'dlock: the fenced transaction was ended inside the callback';
+
+/**
+ * The check and COMMIT in one simple-protocol round trip. When the transaction is no longer the one the guard ran
+ * in (the callback sent COMMIT or ROLLBACK and then BEGIN), the cast fails, PostgreSQL skips the COMMIT that
+ * follows in the same query, and the gate rolls back instead. The text is what fails, not a constant division,
+ * because the planner folds constants before it knows which branch runs.
+ */
+function commitIfStillFenced(txid: string | undefined): string {
+  // The id comes from the server; checked anyway, because it is spliced into SQL text.
+  if (txid === undefined || !/^[0-9]{1,20}$/.test(txid)) return 'COMMIT';
+  return `SELECT (CASE WHEN txid_current() = ${txid} THEN '0' ELSE '${ENDED}' END)::int; COMMIT`;
+}
+
+function endedByCallback(resource: string, cause?: unknown): FenceBrokenError {
+  return new FenceBrokenError(
+    resource,
+    'transaction-ended',
+    `the callback ended the transaction fenced on "${resource}" itself (COMMIT or ROLLBACK on its client): ` +
+      'what it ran after that was not fenced, so the gate rolled back what was still open instead of committing',
+    cause === undefined ? undefined : { cause },
+  );
+}
+
+function rolledBack(resource: string, cause?: unknown): FenceBrokenError {
+  return new FenceBrokenError(
+    resource,
+    'rolled-back',
+    `transaction fenced on "${resource}" was rolled back: a statement in the callback failed and the callback ` +
+      'went on, so nothing was committed',
+    cause === undefined ? undefined : { cause },
+  );
+}
+
+/** What the commit query answered: pg gives one result per statement when the text holds several. */
+function lastResult(result: PgQueryResultLike | readonly PgQueryResultLike[]): PgQueryResultLike | undefined {
+  return Array.isArray(result) ? result.at(-1) : (result as PgQueryResultLike);
+}
+
 /** BEGIN; `body`; COMMIT, or ROLLBACK on any failure. A ROLLBACK that fails itself is kept in `broken`. */
 async function inTransaction<T>(
   client: PgClientLike,
@@ -54,21 +125,28 @@ async function inTransaction<T>(
   broken: { error?: Error } = {},
 ): Promise<T> {
   let value: T;
-  let commit: PgQueryResultLike;
+  let commit: PgQueryResultLike | undefined;
+  fencedTransactions.delete(client);
   try {
     await client.query(begin);
     value = await body(client);
     // An idle client here means the callback sent COMMIT or ROLLBACK itself (a helper with its own transaction,
     // say). Our COMMIT would then only warn and report success, while the mark was undone or the fence row
     // unlocked early and the callback's later statements ran in autocommit, unfenced. pg reads the status from
-    // the ReadyForQuery that settled the last query, so after a statement that succeeded it is current.
-    if (client.getTransactionStatus?.() === 'I') {
-      throw new Error(
-        `the callback ended the transaction fenced on "${resource}" itself (COMMIT or ROLLBACK on its client): ` +
-          'what it ran after that was not fenced',
-      );
+    // the ReadyForQuery that settled the last query, so after a statement that succeeded it is current. A callback
+    // that began again afterwards leaves the client in a transaction: the check sent with COMMIT catches that.
+    if (transactionStatus(client) === 'I') throw endedByCallback(resource);
+    try {
+      commit = lastResult(await client.query(commitIfStillFenced(fencedTransactions.get(client))));
+    } catch (error) {
+      const code = errorProperty(error, 'code');
+      if (code === '22P02' && error instanceof Error && error.message.includes(ENDED)) {
+        throw endedByCallback(resource, error);
+      }
+      // The check met a transaction that had already failed: the callback swallowed a failed statement.
+      if (code === '25P02') throw rolledBack(resource, error);
+      throw error;
     }
-    commit = await client.query('COMMIT');
   } catch (error) {
     try {
       await client.query('ROLLBACK');
@@ -77,14 +155,12 @@ async function inTransaction<T>(
       broken.error = rollbackError instanceof Error ? rollbackError : new Error(String(rollbackError));
     }
     throw error;
+  } finally {
+    fencedTransactions.delete(client);
   }
   // PostgreSQL answers COMMIT of a failed transaction with a ROLLBACK tag and no error, which is what happens
   // when `body` catches a query error and returns normally. Reporting success would be a lie.
-  if (commit.command === 'ROLLBACK') {
-    throw new Error(
-      `transaction fenced on "${resource}" was rolled back: a statement in the callback failed`,
-    );
-  }
+  if (commit?.command === 'ROLLBACK') throw rolledBack(resource);
   return value;
 }
 
@@ -93,4 +169,9 @@ function beginStatement(call: FenceCall): string {
   const begin = `BEGIN ISOLATION LEVEL ${(call.isolationLevel ?? 'read committed').toUpperCase()}`;
   // One simple-protocol round trip carries both statements; the value is a checked integer, not caller text.
   return call.lockTimeoutMs === undefined ? begin : `${begin}; ${postgresLockTimeout(call.lockTimeoutMs)}`;
+}
+
+/** The client's transaction status where pg reports it (`I`, `T`, `E`), otherwise `undefined`. */
+export function transactionStatus(client: PgClientLike): string | null | undefined {
+  return typeof client.getTransactionStatus === 'function' ? client.getTransactionStatus() : undefined;
 }

@@ -37,7 +37,9 @@ export type FencingSql = PostgresFencingStatements;
  */
 export function fencingSql(options: FencingTableOptions = {}): FencingSql {
   rejectUnknownKeys(options, 'options', TABLE_OPTION_KEYS);
-  const table = assertIdentifier(options.table ?? DEFAULT_FENCING_TABLE, 'options.table');
+  // `undefined` alone means "the default": a `null` table is a mistake, not a request for dlock_fencing.
+  const table =
+    options.table === undefined ? DEFAULT_FENCING_TABLE : assertIdentifier(options.table, 'options.table');
   const schema =
     options.schema === undefined ? undefined : assertIdentifier(options.schema, 'options.schema');
   return postgresFencingStatements(table, schema);

@@ -255,7 +255,7 @@ describe('pooled clients are always released', () => {
       'STALE_FENCING_TOKEN',
       'error',
       '42P01',
-      'error',
+      'FENCE_BROKEN',
       'INVALID_ARGUMENT',
     ]);
     expect(await gate.highWaterMark(pool, r)).toBe(10n);

@@ -44,4 +44,26 @@ export interface FencingDialect {
   resourceParameter?(resource: string): unknown;
   /** The statement that bounds lock waits for the rest of the transaction; absent where there is none. */
   lockTimeout?(ms: number): string;
+  /**
+   * How `runFenced` proves, after the callback and before Kysely commits, that the connection is still in the
+   * transaction its guard ran in: a callback that sent COMMIT or ROLLBACK and then BEGIN (or, on MySQL, ran DDL,
+   * which commits implicitly) would otherwise have its later writes committed as if they were fenced.
+   */
+  readonly sameTransaction: SameTransactionCheck;
 }
+
+/**
+ * `'transaction-id'`: the guard's row carries the transaction id (`txid`) and `statement` reads the current one;
+ * they must be equal. `'savepoint'`: `set` runs when the transaction opens and `release` before commit; ending the
+ * transaction discards the savepoint, so `release` then fails in a way `isMissing` recognises. `reopen`, where
+ * set, is sent (its failure ignored) before rejecting, so the rollback Kysely sends next has a transaction to end.
+ */
+export type SameTransactionCheck =
+  | { readonly kind: 'transaction-id'; readonly statement: string }
+  | {
+      readonly kind: 'savepoint';
+      readonly set: string;
+      readonly release: string;
+      isMissing(error: unknown): boolean;
+      readonly reopen?: string;
+    };

@@ -49,6 +49,15 @@ ON DUPLICATE KEY UPDATE
   // moved), so accepted. 1 = inserted (accepted) or, with CLIENT_FOUND_ROWS (mysql2's default), matched but
   // unchanged (stale). 0 = unchanged without CLIENT_FOUND_ROWS (stale). Anything but 2 reads the locked mark.
   verdict: (result) => (result.numAffectedRows === 2n ? 'accepted' : 'read-mark'),
+  // MySQL has no transaction id a plain user may read (information_schema.innodb_trx needs PROCESS), so a savepoint
+  // stands in: COMMIT, ROLLBACK and every implicit commit (DDL, LOCK TABLES, ...) discard it, and RELEASE then
+  // fails with 1305.
+  sameTransaction: {
+    kind: 'savepoint',
+    set: 'SAVEPOINT dlock_fence',
+    release: 'RELEASE SAVEPOINT dlock_fence',
+    isMissing: (error) => errorProperty(error, 'errno') === 1305,
+  },
   classify(error) {
     const errno = errorProperty(error, 'errno');
     // 1213 deadlock (InnoDB rolled the whole transaction back); 1020 MariaDB's "record has changed since last

@@ -17,6 +17,8 @@ const dialect: FencingDialect = {
   verdict: (result) => (result.rows.length === 1 ? 'accepted' : 'read-mark'),
   classify: classifyPostgresError,
   lockTimeout: postgresLockTimeout,
+  // The guard's RETURNING already carries the id, so on the happy path this costs one statement, not two.
+  sameTransaction: { kind: 'transaction-id', statement: 'SELECT txid_current()::text AS txid' },
 };
 
 export const postgresDialect = Object.freeze(dialect);

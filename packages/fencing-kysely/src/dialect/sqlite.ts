@@ -27,6 +27,16 @@ RETURNING 1 AS accepted`,
     });
   },
   verdict: (result) => (result.rows.length === 1 ? 'accepted' : 'read-mark'),
+  // Another connection can write between a callback's COMMIT and its BEGIN, so SQLite needs the check too. It has
+  // no transaction id; a savepoint stands in, as on MySQL. After a bare COMMIT no transaction is open and Kysely's
+  // ROLLBACK would fail with its own error, hiding the gate's: `reopen` gives it one to end.
+  sameTransaction: {
+    kind: 'savepoint',
+    set: 'SAVEPOINT dlock_fence',
+    release: 'RELEASE SAVEPOINT dlock_fence',
+    isMissing: (error) => error instanceof Error && /no such savepoint/i.test(error.message),
+    reopen: 'BEGIN',
+  },
   classify(error) {
     const code = errorProperty(error, 'code');
     if (typeof code !== 'string') return undefined;
