@@ -56,6 +56,23 @@ function defaultOwnerId(): string {
   return `${hostname()}:${process.pid}:${randomBytes(6).toString('hex')}`;
 }
 
+/**
+ * Subscribes through the service (`call`) for a caller that asked for it: a service that throws is reported like any
+ * other failure of the service, as a `TransportError` (a dlock error as it is), never as a raw exception. The caller
+ * would otherwise wait for notices that never come.
+ */
+function subscribe(what: string, call: () => unknown): () => void {
+  let unsubscribe: unknown;
+  try {
+    unsubscribe = call();
+  } catch (error) {
+    throw isDLockError(error)
+      ? error
+      : new TransportError(`${what} failed: ${textOf(error)}`, { cause: error });
+  }
+  return quietUnsubscribe(unsubscribe);
+}
+
 function isLockService(value: unknown): value is LockService {
   if (typeof value !== 'object' || value === null) return false;
   const v = value as Record<string, unknown>;
@@ -117,6 +134,10 @@ export class LockClient {
   readonly #electionHost: ElectionHost;
   readonly #semaphoreHost: SemaphoreHost;
 
+  /**
+   * Throws `InvalidArgumentError` for a value that is not a `LockService` or bad options, and `TransportError` (the
+   * service's error as its `cause`) when the service's `watchLeases` throws.
+   */
   constructor(service: LockService, options?: LockClientOptions) {
     if (!isLockService(service)) {
       throw new InvalidArgumentError(
@@ -144,10 +165,11 @@ export class LockClient {
       operationTimeoutMs: this.#options.operationTimeoutMs,
       lose: (handle, reason, error) => this.#lose(handle, reason, error),
     });
+    const watchLeases = service.watchLeases;
     this.#unwatchLeases =
-      service.watchLeases === undefined
+      watchLeases === undefined
         ? undefined
-        : quietUnsubscribe(service.watchLeases((tokens) => this.#leasesLost(tokens)));
+        : subscribe('watchLeases', () => watchLeases.call(service, (tokens) => this.#leasesLost(tokens)));
     this.#electionHost = {
       clock: this.#clock,
       ownerId: this.ownerId,
@@ -381,22 +403,15 @@ export class LockClient {
     const lockName = validateName(name);
     validateCallback(callback, 'callback');
     const report = (error: unknown): void => this.#callbackError(lockName, 'onRelease callback', error);
-    let subscription: unknown;
-    try {
-      subscription = this.#service.watch(lockName, () => {
+    const unwatch = subscribe(`watch "${lockName}"`, () =>
+      this.#service.watch(lockName, () => {
         try {
           catchReturned((callback as () => unknown)(), report);
         } catch (error) {
           report(error);
         }
-      });
-    } catch (error) {
-      // The caller asked for notices and will get none: say so, typed like every other failure of the service.
-      throw isDLockError(error)
-        ? error
-        : new TransportError(`watch "${lockName}" failed: ${textOf(error)}`, { cause: error });
-    }
-    const unwatch = quietUnsubscribe(subscription);
+      }),
+    );
     let active = true;
     const unsubscribe = (): void => {
       if (!active) return;

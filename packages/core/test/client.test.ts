@@ -81,6 +81,30 @@ describe('onRelease', () => {
   });
 });
 
+describe('constructor', () => {
+  it('a watchLeases that throws becomes a TransportError from the constructor, never a raw exception', () => {
+    const memory = new MemoryLockService();
+    const cause = new Error('session registry unavailable');
+    const service: LockService = {
+      acquire: (request) => memory.acquire(request),
+      renew: (request) => memory.renew(request),
+      release: (lease) => memory.release(lease),
+      watch: (name, onReleased) => memory.watch(name, onReleased),
+      watchLeases: () => {
+        throw cause;
+      },
+    };
+    let thrown: unknown;
+    try {
+      new LockClient(service);
+    } catch (error) {
+      thrown = error;
+    }
+    expect(thrown).toBeInstanceOf(TransportError);
+    expect(thrown).toMatchObject({ code: 'TRANSPORT', cause });
+  });
+});
+
 describe('close()', () => {
   it('is idempotent, releases held handles, rejects pending acquires and any later call', async () => {
     const { client, makeClient, memory, clock } = harness();
