@@ -137,6 +137,28 @@ describe.each(ALL_KINDS)('a callback that ends the fenced transaction, on %s', (
     });
   }
 
+  it('names that a collation or a normalisation would fold together keep one mark each', async () => {
+    // Pairs a case-insensitive, accent-insensitive, PAD SPACE or Unicode-normalising comparison would treat as one.
+    const pairs: [string, string][] = [
+      ['a', 'A'],
+      ['a', 'a '],
+      ['\u00e9', 'e\u0301'],
+      ['\u00e9', 'e'],
+      ['stra\u00dfe', 'strasse'],
+      ['\uff21', 'A'],
+      ['\u212b', '\u00c5'],
+      ['i', '\u0131'],
+    ];
+    for (const [low, high] of pairs) {
+      const prefix = fresh();
+      await runFenced(db, `${prefix}/${high}`, 100n, async () => 0, options);
+      // The other name's first write is judged against no mark, not against 100.
+      await runFenced(db, `${prefix}/${low}`, 5n, async () => 0, options);
+      expect(await highWaterMark(db, `${prefix}/${low}`, options)).toBe(5n);
+      expect(await highWaterMark(db, `${prefix}/${high}`, options)).toBe(100n);
+    }
+  });
+
   it('a table option of null is refused, not read as the default table', async () => {
     t.resetQueryCount();
     for (const bad of [{ table: null }, { schema: null }, { dialect: null }]) {

@@ -59,3 +59,16 @@ export function isPool(db: PgQueryable): db is PgPoolLike {
     typeof (db as Partial<PgPoolLike>).idleCount === 'number'
   );
 }
+
+/**
+ * True for something with `connect()` that is neither a pool (no numeric `idleCount`) nor recognisably a client:
+ * `pg.Client` has `processID` (and `getTransactionStatus` since 8.23), pg-native's client `_connected`. A pool
+ * wrapper that dropped `idleCount` would otherwise be taken for a client, and each of the gate's statements could
+ * run on another pooled connection: the guard in autocommit, fencing nothing, while the call reports success.
+ */
+export function isUnrecognisedPool(db: PgQueryable): boolean {
+  const handle = db as Partial<Record<'connect' | 'release' | 'getTransactionStatus', unknown>>;
+  if (typeof handle.connect !== 'function' || typeof handle.release === 'function' || isPool(db))
+    return false;
+  return !('processID' in db) && !('_connected' in db) && typeof handle.getTransactionStatus !== 'function';
+}

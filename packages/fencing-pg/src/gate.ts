@@ -17,6 +17,7 @@ import {
 } from '@dlock/fencing-common';
 import {
   isPool,
+  isUnrecognisedPool,
   type NotAPool,
   type PgClientLike,
   type PgPoolClientLike,
@@ -153,6 +154,7 @@ export class FencingGate {
   async checkFence(tx: PgClientLike & NotAPool, resource: string, token: FencingTokenInput): Promise<void> {
     const fence = parseFence(resource, token);
     assertQueryable(tx, 'tx');
+    assertRecognisable(tx, 'tx');
     if (isPool(tx)) {
       throw new InvalidArgumentError('tx', 'must be a client checked out of the pool, not the pool itself');
     }
@@ -229,6 +231,7 @@ export class FencingGate {
     };
     assertCallback(fn);
     assertQueryable(db, 'db');
+    assertRecognisable(db, 'db');
     if (!isPool(db)) {
       const status = transactionStatus(db);
       if (status === 'T' || status === 'E') {
@@ -254,5 +257,15 @@ function assertQueryable(db: unknown, field: string): asserts db is PgQueryable 
   const handle = db as { query?: unknown; connect?: unknown; release?: unknown };
   if (typeof handle.query !== 'function') {
     throw new InvalidArgumentError(field, 'must be a pg Pool, PoolClient or Client (it has no query method)');
+  }
+}
+
+/** For the verbs whose statements must share one connection: a pool the gate cannot recognise is refused. */
+function assertRecognisable(db: PgQueryable, field: string): void {
+  if (isUnrecognisedPool(db)) {
+    throw new InvalidArgumentError(
+      field,
+      'has connect() but is neither a pg.Pool (numeric idleCount) nor a pg Client; pass the pool itself or a client',
+    );
   }
 }

@@ -347,3 +347,45 @@ describe('one client, two runFenced calls at once', () => {
     }
   });
 });
+
+describe('a pool the gate cannot recognise', () => {
+  it('is refused by runFenced and checkFence instead of being used as one connection', async () => {
+    // A wrapper that kept query and connect but not idleCount: each of its queries may take another connection,
+    // so a guard sent through it commits in autocommit and fences nothing.
+    let queries = 0;
+    const wrapper = {
+      query: (text: string, values?: unknown[]) => {
+        queries++;
+        return pool.query(text, values);
+      },
+      connect: () => pool.connect(),
+    };
+    const r = fresh();
+    for (const call of [
+      () => gate.runFenced(wrapper, r, 5n, async () => 'looks fine'),
+      () => gate.checkFence(wrapper, r, 5n),
+    ]) {
+      const error = await rejection(call());
+      expect(error).toBeInstanceOf(InvalidArgumentError);
+      expect(error).toMatchObject({ code: 'INVALID_ARGUMENT' });
+    }
+    expect(queries).toBe(0);
+    expect(await gate.highWaterMark(pool, r)).toBeNull();
+    // Real clients, pooled or not, still pass.
+    const client = await newClient();
+    try {
+      expect(await gate.runFenced(client, r, 5n, async () => 'ok')).toBe('ok');
+    } finally {
+      await client.end();
+    }
+    const pooled = await pool.connect();
+    try {
+      await pooled.query('BEGIN');
+      await gate.checkFence(pooled, r, 6n);
+      await pooled.query('COMMIT');
+    } finally {
+      pooled.release();
+    }
+    expect(await gate.highWaterMark(pool, r)).toBe(6n);
+  });
+});
