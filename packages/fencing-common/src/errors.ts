@@ -6,6 +6,17 @@
  */
 const BRAND = Symbol.for('dlock.error');
 
+/**
+ * A value as message text. Building an error must never throw in turn: a Symbol or a null-prototype object
+ * interpolated into a template would, with a TypeError that hides the error being reported.
+ */
+function text(value: unknown): string {
+  if (typeof value === 'string') return value;
+  if (typeof value === 'bigint' || typeof value === 'number' || typeof value === 'boolean')
+    return String(value);
+  return `(${value === null ? 'null' : typeof value})`;
+}
+
 /** Every `code` a fencing gate can put on an error. */
 export type FencingErrorCode =
   | 'STALE_FENCING_TOKEN'
@@ -66,7 +77,9 @@ export class StaleFencingTokenError extends FencingError {
     /** The stored mark that beat `token`; always greater than `token`. */
     readonly highWaterMark: bigint,
   ) {
-    super(`fencing token ${token} for "${resource}" is stale: the high-water mark is ${highWaterMark}`);
+    super(
+      `fencing token ${text(token)} for "${text(resource)}" is stale: the high-water mark is ${text(highWaterMark)}`,
+    );
   }
 }
 
@@ -100,7 +113,9 @@ export class FenceConflictError extends FencingError {
     readonly resource: string,
     cause: unknown,
   ) {
-    super(`transaction fenced on "${resource}" was aborted by a concurrent transaction; retry it`, { cause });
+    super(`transaction fenced on "${text(resource)}" was aborted by a concurrent transaction; retry it`, {
+      cause,
+    });
   }
 }
 
@@ -116,7 +131,9 @@ export class FenceBusyError extends FencingError {
     readonly resource: string,
     cause: unknown,
   ) {
-    super(`fence row for "${resource}" stayed locked by another transaction past the wait bound`, { cause });
+    super(`fence row for "${text(resource)}" stayed locked by another transaction past the wait bound`, {
+      cause,
+    });
   }
 }
 
@@ -147,6 +164,6 @@ export class FenceBrokenError extends FencingError {
     message: string,
     options?: { cause?: unknown },
   ) {
-    super(message, options);
+    super(text(message), options);
   }
 }

@@ -159,3 +159,26 @@ describe('every public function refuses junk with InvalidArgumentError, before a
     expect((error as InvalidArgumentError).field.length).toBeLessThan(100);
   });
 });
+
+describe('the error classes', () => {
+  it('build their message from any value without throwing', () => {
+    fc.assert(
+      fc.property(fc.anything(), fc.constantFrom<unknown>(Symbol('s'), Object.create(null)), (a, b) => {
+        for (const value of [a, b]) {
+          const errors = [
+            new api.StaleFencingTokenError(value as never, value as never, value as never),
+            new api.FenceConflictError(value as never, value),
+            new api.FenceBusyError(value as never, value),
+            new api.FenceBrokenError(value as never, 'row-vanished', value as never),
+            new api.InvalidArgumentError(value as never, value as never),
+          ];
+          for (const error of errors) {
+            expect(typeof error.message).toBe('string');
+            expect(api.isDLockError(error)).toBe(true);
+          }
+        }
+      }),
+      { numRuns: 200 },
+    );
+  });
+});
