@@ -157,6 +157,36 @@ export function dropConnection(client: object, options?: { readonly onceConnecte
   return true;
 }
 
+/** node-zookeeper-client's `ConnectionManager` states once `close()` was called on the client: `CLOSING`, `CLOSED`. */
+const CLOSING_STATES: ReadonlySet<unknown> = new Set([-1, -2]);
+
+/**
+ * Calls `onClosed` once `close()` has been called on the client, and returns the function that stops listening (or
+ * undefined, with a client built differently). A client closed while disconnected emits no `state` event at all
+ * (`CLOSING` and `CLOSED` are states of its `connectionManager` only, which is not public API): without this, a
+ * listener on it would wait for a reconnect that never comes. Guarded like {@link dropConnection}.
+ */
+export function onClientClosed(client: object, onClosed: () => void): (() => void) | undefined {
+  const manager: unknown = Reflect.get(client, 'connectionManager');
+  if (typeof manager !== 'object' || manager === null) return undefined;
+  const on: unknown = Reflect.get(manager, 'on');
+  const off: unknown = Reflect.get(manager, 'removeListener');
+  if (typeof on !== 'function' || typeof off !== 'function') return undefined;
+  const listener = (state: unknown): void => {
+    if (CLOSING_STATES.has(state)) onClosed();
+  };
+  on.call(manager, 'state', listener);
+  return () => {
+    off.call(manager, 'state', listener);
+  };
+}
+
+/** True once `close()` was called on a node-zookeeper-client client (see {@link onClientClosed}). */
+export function isClientClosed(client: object): boolean {
+  const manager: unknown = Reflect.get(client, 'connectionManager');
+  return typeof manager === 'object' && manager !== null && CLOSING_STATES.has(Reflect.get(manager, 'state'));
+}
+
 /**
  * The zxid in the header of the reply being handled, read inside a request's callback.
  *

@@ -68,6 +68,9 @@ export class Leftovers {
   }
 
   #nodesOf(session: Session): Nodes | undefined {
+    // Nothing new after close(): it ended the session first, and that end handed over every node the session
+    // tracks (an attempt's from its first request on), so a later hand-over (a delete that was in flight) names one
+    // of them again, or one already deleted.
     if (this.#closed) return undefined;
     let nodes = this.#bySession.get(session.id);
     if (!nodes) {

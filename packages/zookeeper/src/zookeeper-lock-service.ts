@@ -450,6 +450,8 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
     // A caller's client that is not connected under its session now may come back under it later, with the nodes
     // still there: its state is followed until they are deleted or that session is over (no timer, no wait here).
     this.#leftovers.close(() => this.#sessions.letGoOfCaller());
+    // A client its owner closed already ends its session, and the nodes with it: nothing to wait for.
+    if (this.#sessions.callerClosed) this.#leftovers.connected(undefined);
     // Requests still unanswered (a heartbeat, a background delete) are over: the service is.
     const stopping = this.#cleanups.close();
     this.#deadlines.stop(new ZooKeeperServiceClosedError());

@@ -3,6 +3,8 @@ import { type Clock, InvalidArgumentError, TransportError } from '@dlock/core';
 import { type CallDeadlines, unlessAborted } from '@dlock/core/adapter';
 import {
   dropConnection,
+  isClientClosed,
+  onClientClosed,
   STATE,
   type ZooKeeperClientLike,
   type ZooKeeperModuleLike,
@@ -87,6 +89,8 @@ export interface SessionsOptions {
 export class Sessions {
   readonly #o: SessionsOptions;
   readonly #listeners = new Map<ZooKeeperClientLike, (state: ZooKeeperStateLike) => void>();
+  /** Stops following whether the caller closed the client passed in (see `onClientClosed`). */
+  #unfollowClosing: (() => void) | undefined;
   /** Sessions of a caller's client that ended: never used again, even if the client comes back with one. */
   readonly #retired = new Set<string>();
   #owned: ZooKeeperClientLike | undefined;
@@ -197,7 +201,8 @@ export class Sessions {
    */
   sweeperFor(sessionId: string): Session | undefined {
     const client = this.#o.client;
-    if (!client || !isConnected(client.getState())) return undefined;
+    // A client its owner closed sends its session's close: nothing more goes out on it.
+    if (!client || !isConnected(client.getState()) || isClientClosed(client)) return undefined;
     if (client.getSessionId().toString('hex') !== sessionId) return undefined;
     return this.#session(client);
   }
@@ -208,6 +213,15 @@ export class Sessions {
    */
   close(): void {
     if (this.#owned) this.#retire(this.#owned);
+  }
+
+  /**
+   * True once the caller has closed the client passed in: its session ends with it (closed, or expired by the
+   * server), and its nodes with the session.
+   */
+  get callerClosed(): boolean {
+    const client = this.#o.client;
+    return client !== undefined && isClientClosed(client);
   }
 
   /** Removes the listener on a client passed in: nothing of its sessions is left to delete. */
@@ -318,6 +332,17 @@ export class Sessions {
     };
     client.on('state', listener);
     this.#listeners.set(client, listener);
+    if (client === this.#o.client) {
+      // Closed by its owner while disconnected, the client says nothing: told by its connection manager instead,
+      // the leftovers are forgotten (the session goes, and its nodes with it) and this listener is removed.
+      this.#unfollowClosing = onClientClosed(client, () => {
+        try {
+          this.#o.callerConnected(undefined);
+        } catch (error) {
+          process.emitWarning(`@dlock/zookeeper: state handling failed: ${String(error)}`, 'DLockWarning');
+        }
+      });
+    }
   }
 
   #detach(client: ZooKeeperClientLike): void {
@@ -325,6 +350,10 @@ export class Sessions {
     if (!listener) return;
     this.#listeners.delete(client);
     client.removeListener('state', listener);
+    if (client === this.#o.client) {
+      this.#unfollowClosing?.();
+      this.#unfollowClosing = undefined;
+    }
   }
 
   #stateChanged(client: ZooKeeperClientLike, state: ZooKeeperStateLike): void {

@@ -73,4 +73,59 @@ describe('close() while the caller-owned client is disconnected', () => {
     if (permitTaken.acquired)
       await other.release({ name: semaphore, ownerId: 'other', ...permitTaken.grant });
   });
+
+  it.each([
+    ['after', false],
+    ['before', true],
+  ] as const)(
+    'a client its owner closes while disconnected, %s close(): the service lets go of it',
+    {
+      timeout: 40_000,
+    },
+    async (_, closeFirst) => {
+      const proxy = onClose(await startTcpProxy({ targetPort: Number(ZK_CONNECT.split(':')[1]) }));
+      const own = await connectedClient(`127.0.0.1:${proxy.port}`, SESSION_MS);
+      const listenersBefore = stateListeners(own);
+      const service = onClose(new ZooKeeperLockService({ client: own, root: ROOT }));
+      const signal = new AbortController().signal;
+      const lock = uniqueName('lock');
+      const request = { name: lock, ownerId: 'closed', ttlMs: SESSION_MS, waitMs: 0, signal };
+      expect((await service.acquire(request)).acquired).toBe(true);
+
+      proxy.mode = 'refuse';
+      proxy.resetAll();
+      expect(await waitFor(() => own.getState().code === 0, 5_000)).toBe(true);
+      if (closeFirst) own.close();
+      const startedAt = Date.now();
+      await service.close();
+      expect(Date.now() - startedAt).toBeLessThan(3_000);
+      if (!closeFirst) {
+        // Still followed for the lock's node, which a reconnect under the session would have to delete.
+        expect(stateListeners(own)).toBeGreaterThan(listenersBefore);
+        own.close();
+      }
+      // Closed, the client says nothing (it stays DISCONNECTED): the service must let go of it all the same.
+      expect(await waitFor(() => stateListeners(own) === listenersBefore, 2_000)).toBe(true);
+      // Every call settles with ClientClosedError; none waits for the closed client.
+      const lease = { name: lock, ownerId: 'closed', ownershipToken: 'x', fencingToken: 1n };
+      const outcomes = await Promise.all(
+        [
+          service.acquire(request),
+          service.acquirePermit({ ...request, permits: 1 }),
+          service.renew({ lease, ttlMs: 1_000 }),
+          service.renewMany([{ lease, ttlMs: 1_000 }]),
+          service.release(lease),
+          service.inspect(lock),
+          service.updateMetadata(lease, 'm'),
+        ].map((call) =>
+          call.then(
+            () => 'ok',
+            (error: { code?: string }) => error.code,
+          ),
+        ),
+      );
+      expect(outcomes).toEqual(Array(outcomes.length).fill('CLIENT_CLOSED'));
+      await service.close();
+    },
+  );
 });
