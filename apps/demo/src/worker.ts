@@ -169,9 +169,14 @@ async function main(): Promise<void> {
     emit({ type: 'worker-done' });
     send({ kind: 'done' });
   } finally {
-    await client.close();
-    await connected.close().catch(() => {});
-    port?.off('message', onMessage);
+    // close() rejects when a release could not get through (that lock then runs out by its TTL): reported as the
+    // worker's failure below, after its connection is closed all the same.
+    try {
+      await client.close();
+    } finally {
+      await connected.close().catch(() => {});
+      port?.off('message', onMessage);
+    }
   }
 }
 
