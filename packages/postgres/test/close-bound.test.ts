@@ -137,9 +137,13 @@ describe('close() with a connection that stopped answering', () => {
       pending.catch(() => {});
       await sleep(100);
       const started = performance.now();
-      await service.close();
+      const closing = service.close();
+      // Calls made while close() runs are refused as after it.
+      const during = expectClosed(service);
+      await closing;
       const ms = performance.now() - started;
       console.log(`blocked: close() settled after ${ms.toFixed(0)} ms`);
+      await during;
       expect(ms).toBeLessThan(CLOSE_BOUND_MS);
       await expect(pending).rejects.toMatchObject({ code: 'CLIENT_CLOSED' });
       await expectClosed(service);
