@@ -266,10 +266,24 @@ export class RenewalScheduler {
     }
     handle.renewFailures = 0;
     handle.lastRenewError = undefined;
-    handle.ttlMs =
+    const granted =
       result.ttlMs !== undefined && Number.isFinite(result.ttlMs) && result.ttlMs > 0
         ? result.ttlMs
         : requestedTtlMs;
+    if (requestedTtlMs < handle.ttlMs) {
+      // Sent before a renewal with a longer TTL (a reentrant acquire's) was applied: the service may have applied
+      // this one after it, so the lease may end by this shorter grant. Only that window is certain; the longer TTL
+      // stays the handle's, and a renewal with it goes out at once to give the lease back its length.
+      handle.expiresAt = Math.min(handle.expiresAt, validUntil(sentAt, granted, driftFactor));
+      if (now >= handle.expiresAt) {
+        this.#handles.delete(handle);
+        this.#loseClosed(handle);
+        return false;
+      }
+      handle.renewDueAt = now;
+      return true;
+    }
+    handle.ttlMs = granted;
     // The service confirmed ownership at some instant after sentAt, so the new window counts from sentAt.
     handle.expiresAt = Math.max(handle.expiresAt, validUntil(sentAt, handle.ttlMs, driftFactor));
     handle.renewDueAt = sentAt + jitter(renewIntervalMs(handle.ttlMs), () => clock.random());

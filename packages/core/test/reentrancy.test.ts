@@ -181,5 +181,55 @@ describe('in-process reentrancy', () => {
       expect(nested.value?.fencingToken).toBeGreaterThan(first.fencingToken);
       await client.close();
     });
+
+    it('a renewal answered after a reentrant one raised the TTL does not cut the lease back or outlive it here', async () => {
+      const clock = new FakeClock({ seed: 1 });
+      const memory = new MemoryLockService({ clock });
+      let holdReply: ((release: () => void) => void) | undefined;
+      let heldReply: (() => void) | undefined;
+      let down = false;
+      const service: LockService = {
+        acquire: (r) => memory.acquire(r),
+        renew: async (r) => {
+          if (down) throw new TransportError('down');
+          const result = await memory.renew(r); // the service applies it now
+          if (holdReply) {
+            const hold = holdReply;
+            holdReply = undefined;
+            await new Promise<void>((resolve) => hold(resolve)); // its answer comes late
+          }
+          return result;
+        },
+        release: (l) => memory.release(l),
+        watch: (n, cb) => memory.watch(n, cb),
+      };
+      const a = new LockClient(service, { clock });
+      const first = await a.acquire('x', { ttlMs: 1_000, reentrant: true });
+      holdReply = (release) => {
+        heldReply = release;
+      };
+      await clock.advanceUntil(() => heldReply !== undefined, 1_000); // the scheduler's renew(1000) is out
+      const nested = await a.acquire('x', { ttlMs: 60_000, reentrant: true });
+      expect(nested).toBe(first);
+      expect(nested.ttlMs).toBe(60_000);
+      heldReply?.();
+      await clock.advance(0);
+      await clock.advance(1_000); // renewals go on
+      const ttlAfter = nested.ttlMs;
+      const serverLeft = (await memory.inspect('x')).expiresInMs;
+      down = true; // the service cannot be reached from this client any more
+      await clock.advance(5_000);
+      const other = new LockClient(memory, { clock });
+      const taken = await other.tryAcquire('x', { ttlMs: 1_000 });
+      // Nobody else may hold the lock while this client says it does.
+      expect({ heldHere: nested.isHeld(), takenElsewhere: taken !== null }).toEqual({
+        heldHere: true,
+        takenElsewhere: false,
+      });
+      expect(ttlAfter).toBe(60_000);
+      expect(serverLeft).toBeGreaterThan(30_000);
+      await other.close();
+      await a.close().catch(() => {});
+    });
   });
 });
