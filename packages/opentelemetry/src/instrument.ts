@@ -168,22 +168,47 @@ function pastSpan(
 }
 
 /**
- * The errors a call ends with name the lock (`acquire "invoice:42" did not answer…`): recorded as they are, the
- * status message and the exception event would carry every raw name the attributes leave out. Unless the mapping
- * kept the name whole (the caller's decision to record names), each occurrence that is not part of a longer word
- * becomes `<lock>`: a short name such as `a` must not take letters out of the words of the message.
+ * The errors a call ends with name the lock (`acquire "invoice:42" did not answer…`), and an adapter's errors quote
+ * the keys and paths it made of the name (`ZooKeeper multi /dlock/inv%20%7B42%7D/_c_…`): recorded as they are, the
+ * status message and the exception event would carry every name the attributes leave out. Unless the mapping kept
+ * the name whole (the caller's decision to record names), each occurrence that is not part of a longer word becomes
+ * `<lock>`: a short name such as `a` must not take letters out of the words of the message. An occurrence is the
+ * name with any of its characters written as the adapters write them: percent-encoded UTF-8 bytes (ZooKeeper paths,
+ * etcd and Redis keys escape different sets, so any character may be), or a JSON string escape (an adapter showing
+ * an unexpected reply as JSON).
  */
 function redactor(name: string, base: Attributes): (text: string) => string {
   if (name.length === 0 || base[ATTRIBUTES.name] === name) return (text) => text;
-  const escaped = name.replace(/[\\^$.*+?()[\]{}|/]/g, '\\$&');
   let occurrence: RegExp;
   try {
-    occurrence = new RegExp(`(?<![\\p{L}\\p{N}_])${escaped}(?![\\p{L}\\p{N}_])`, 'gu');
+    const forms = Array.from(name, characterForms).join('');
+    occurrence = new RegExp(`(?<![\\p{L}\\p{N}_])${forms}(?![\\p{L}\\p{N}_])`, 'gu');
   } catch {
-    // A name the pattern cannot hold: every occurrence goes, even inside a word; the name must not get through.
+    // A name the pattern cannot hold: every occurrence as written goes, even inside a word.
     return (text) => text.split(name).join('<lock>');
   }
   return (text) => text.replace(occurrence, '<lock>');
+}
+
+const utf8 = new TextEncoder();
+
+/** Hex digits either case: encoders differ (`%2F`, `%2f`, `\u00E9`, `\u00e9`). */
+function hexPattern(value: number, digits: number): string {
+  return Array.from(value.toString(16).padStart(digits, '0'), (d) =>
+    /[0-9]/.test(d) ? d : `[${d}${d.toUpperCase()}]`,
+  ).join('');
+}
+
+/** A pattern for one character of a name: as it is, percent-encoded, or JSON-escaped. */
+function characterForms(character: string): string {
+  const code = character.codePointAt(0) as number;
+  const forms = [`\\u{${code.toString(16)}}`];
+  forms.push(Array.from(utf8.encode(character), (byte) => `%${hexPattern(byte, 2)}`).join(''));
+  const json = JSON.stringify(character).slice(1, -1);
+  if (json !== character) forms.push(json.replace(/[\\^$.*+?()[\]{}|/]/g, '\\$&'));
+  const units = code > 0xffff ? [character.charCodeAt(0), character.charCodeAt(1)] : [code];
+  forms.push(units.map((unit) => `\\\\u${hexPattern(unit, 4)}`).join(''));
+  return `(?:${forms.join('|')})`;
 }
 
 /** Marks a span failed with the error the call ended with, its text passed through `redact`. */
