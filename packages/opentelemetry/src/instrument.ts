@@ -4,6 +4,7 @@ import { textOf } from '@dlock/core/adapter';
 import {
   type Attributes,
   context,
+  diag,
   type Span,
   SpanKind,
   SpanStatusCode,
@@ -62,19 +63,21 @@ export function instrument(client: InstrumentableClient, options?: InstrumentOpt
     const base = counted ?? attributes(event.kind, event.name, event.slot);
     if (counted) {
       held.delete(key);
-      instruments.held.add(-1, counted);
+      safely(() => instruments.held.add(-1, counted));
     }
-    instruments.holdDuration.record(heldMs, { ...base, [ATTRIBUTES.holdEnd]: end });
+    safely(() => instruments.holdDuration.record(heldMs, { ...base, [ATTRIBUTES.holdEnd]: end }));
     return base;
   };
 
   const listeners: Array<() => void> = [
     client.events.on('acquired', (event: LockEventMap['acquired']) => {
       const base = attributes(event.kind, event.name, event.slot);
-      instruments.acquireWait.record(event.waitedMs, { ...base, [ATTRIBUTES.outcome]: 'acquired' });
-      if (!event.reentered) {
+      safely(() =>
+        instruments.acquireWait.record(event.waitedMs, { ...base, [ATTRIBUTES.outcome]: 'acquired' }),
+      );
+      // Counted only once the counter took it: stopping takes off exactly what was added.
+      if (!event.reentered && safely(() => instruments.held.add(1, base))) {
         held.set(holdKey(event.kind, event.name, event.slot, event.fencingToken), base);
-        instruments.held.add(1, base);
       }
       const spanAttributes: Attributes = {
         ...base,
@@ -85,13 +88,17 @@ export function instrument(client: InstrumentableClient, options?: InstrumentOpt
         [ATTRIBUTES.ttlMs]: event.ttlMs,
       };
       if (event.reentered) spanAttributes[ATTRIBUTES.reentered] = true;
-      const end = now();
-      pastSpan(tracer, SPANS.acquire, end, event.waitedMs, spanAttributes).end(end);
+      safely(() => {
+        const end = now();
+        pastSpan(tracer, SPANS.acquire, end, event.waitedMs, spanAttributes).end(end);
+      });
     }),
     client.events.on('acquire-failed', (event: LockEventMap['acquire-failed']) => {
       const base = attributes(event.kind, event.name, undefined);
       const outcome = OUTCOMES[event.outcome];
-      instruments.acquireWait.record(event.waitedMs, { ...base, [ATTRIBUTES.outcome]: outcome });
+      safely(() =>
+        instruments.acquireWait.record(event.waitedMs, { ...base, [ATTRIBUTES.outcome]: outcome }),
+      );
       const spanAttributes: Attributes = {
         ...base,
         [ATTRIBUTES.outcome]: outcome,
@@ -99,36 +106,46 @@ export function instrument(client: InstrumentableClient, options?: InstrumentOpt
         [ATTRIBUTES.attempts]: event.attempts,
       };
       if (event.reason !== undefined) spanAttributes[ATTRIBUTES.reason] = event.reason;
-      const end = now();
-      const span = pastSpan(tracer, SPANS.acquire, end, event.waitedMs, spanAttributes);
-      if (outcome === 'error') failed(span, event.error, redactor(event.name, base));
-      span.end(end);
+      safely(() => {
+        const end = now();
+        const span = pastSpan(tracer, SPANS.acquire, end, event.waitedMs, spanAttributes);
+        try {
+          if (outcome === 'error') failed(span, event.error, redactor(event.name, base));
+        } finally {
+          span.end(end);
+        }
+      });
     }),
     client.events.on('released', (event: LockEventMap['released']) => {
       const lost = event.result === 'not-found';
       const base = endHold(event, event.heldMs, lost ? 'lost' : 'released');
       // The service had nothing of this grant left: the lock was taken from it before the release (release()
       // rejects with a LockLostError, reason `rejected`), and the core emits no `lost` event for it.
-      if (lost) instruments.losses.add(1, { ...base, [ATTRIBUTES.reason]: 'rejected' });
-      const end = now();
-      const span = pastSpan(tracer, SPANS.release, end, event.releaseMs, {
-        ...base,
-        [ATTRIBUTES.fencingToken]: event.fencingToken.toString(),
-        [ATTRIBUTES.heldMs]: event.heldMs,
-        [ATTRIBUTES.releaseResult]: event.result,
+      if (lost) safely(() => instruments.losses.add(1, { ...base, [ATTRIBUTES.reason]: 'rejected' }));
+      safely(() => {
+        const end = now();
+        const span = pastSpan(tracer, SPANS.release, end, event.releaseMs, {
+          ...base,
+          [ATTRIBUTES.fencingToken]: event.fencingToken.toString(),
+          [ATTRIBUTES.heldMs]: event.heldMs,
+          [ATTRIBUTES.releaseResult]: event.result,
+        });
+        try {
+          if (event.result === 'failed') failed(span, event.error, redactor(event.name, base));
+        } finally {
+          span.end(end);
+        }
       });
-      if (event.result === 'failed') failed(span, event.error, redactor(event.name, base));
-      span.end(end);
     }),
     client.events.on('lost', (event: LockEventMap['lost']) => {
       const base = endHold(event, event.heldMs, 'lost');
-      instruments.losses.add(1, { ...base, [ATTRIBUTES.reason]: event.reason });
+      safely(() => instruments.losses.add(1, { ...base, [ATTRIBUTES.reason]: event.reason }));
     }),
     client.events.on('renewed', (event: LockEventMap['renewed']) => {
-      instruments.renewals.add(1, attributes(event.kind, event.name, event.slot));
+      safely(() => instruments.renewals.add(1, attributes(event.kind, event.name, event.slot)));
     }),
     client.events.on('renew-failed', (event: LockEventMap['renew-failed']) => {
-      instruments.renewalFailures.add(1, attributes(event.kind, event.name, event.slot));
+      safely(() => instruments.renewalFailures.add(1, attributes(event.kind, event.name, event.slot)));
     }),
   ];
 
@@ -137,10 +154,25 @@ export function instrument(client: InstrumentableClient, options?: InstrumentOpt
     if (!active) return;
     active = false;
     for (const off of listeners) off();
-    for (const counted of held.values()) instruments.held.add(-1, counted);
+    for (const counted of held.values()) safely(() => instruments.held.add(-1, counted));
     held.clear();
   };
   return Object.assign(stop, { [Symbol.dispose]: stop });
+}
+
+/**
+ * Runs one export (a metric point, a span) and reports what it throws to OpenTelemetry's diagnostic logger, as
+ * instrumentation does: thrown into the client's event stream, it would skip this event's other exports and come
+ * back as a `callback-error` event, or a process warning, that names the lock. Returns whether it ran through.
+ */
+function safely(record: () => void): boolean {
+  try {
+    record();
+    return true;
+  } catch (error) {
+    diag.error('@dlock/opentelemetry: recording a lock event failed', error);
+    return false;
+  }
 }
 
 /** One grant: a fencing token is unique per lock name, and per slot for a permit. */

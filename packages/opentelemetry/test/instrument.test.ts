@@ -1,6 +1,19 @@
 import { InvalidArgumentError, LockClient, MemoryLockService } from '@dlock/core';
 import { FakeClock } from '@dlock/testing';
-import { describe, expect, it } from 'vitest';
+import {
+  type DiagLogger,
+  DiagLogLevel,
+  diag,
+  type Meter,
+  type MeterProvider,
+  type Tracer,
+} from '@opentelemetry/api';
+import {
+  BasicTracerProvider,
+  InMemorySpanExporter,
+  SimpleSpanProcessor,
+} from '@opentelemetry/sdk-trace-base';
+import { afterEach, describe, expect, it } from 'vitest';
 import { instrument, METRICS as M, SPANS } from '../src/index.js';
 import { setup } from './otel.js';
 
@@ -70,6 +83,81 @@ describe('input', () => {
     const stop = instrument(client);
     await (await client.acquire('a', { ttlMs: TTL })).release();
     stop();
+  });
+});
+
+describe('a meter or tracer that throws', () => {
+  /** What OpenTelemetry's diagnostic logger was told at level error. */
+  function diagErrors(): unknown[][] {
+    const seen: unknown[][] = [];
+    const record = (...args: unknown[]) => void seen.push(args);
+    const logger: DiagLogger = {
+      error: record,
+      warn: () => {},
+      info: () => {},
+      debug: () => {},
+      verbose: () => {},
+    };
+    diag.setLogger(logger, { logLevel: DiagLogLevel.ERROR, suppressOverrideMessage: true });
+    return seen;
+  }
+  afterEach(() => diag.disable());
+
+  it('a meter that throws: the lock calls and the spans go on; no callback error names the lock', async () => {
+    const clock = new FakeClock({ seed: 2 });
+    const client = new LockClient(new MemoryLockService({ clock }), { clock });
+    const callbackErrors: string[] = [];
+    client.events.on('callback-error', (e) => callbackErrors.push(`${e.source} ${e.name}`));
+    const broken = {
+      record: () => {
+        throw new Error('view misconfigured');
+      },
+      add: () => {
+        throw new Error('view misconfigured');
+      },
+    };
+    const meter = {
+      createHistogram: () => broken,
+      createCounter: () => broken,
+      createUpDownCounter: () => broken,
+    };
+    const meterProvider: MeterProvider = { getMeter: () => meter as unknown as Meter };
+    const exporter = new InMemorySpanExporter();
+    const tracerProvider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
+    const errors = diagErrors();
+    instrument(client, { meterProvider, tracerProvider, clock });
+    const handle = await client.acquire('invoice:42', { ttlMs: TTL });
+    await handle.release();
+    expect(exporter.getFinishedSpans().map((s) => s.name)).toEqual([SPANS.acquire, SPANS.release]);
+    expect(callbackErrors).toEqual([]);
+    expect(errors.length).toBeGreaterThan(0);
+    expect(JSON.stringify(errors.map((args) => String(args[0])))).not.toContain('invoice:42');
+  });
+
+  it('a tracer that throws: the lock calls and the metrics go on; no callback error', async () => {
+    const harness = setup();
+    harness.uninstrument();
+    const { client, clock, points, meterProvider } = harness;
+    const callbackErrors: string[] = [];
+    client.events.on('callback-error', (e) => callbackErrors.push(e.source));
+    const tracer = {
+      startSpan: () => {
+        throw new Error('tracer down');
+      },
+    };
+    const errors = diagErrors();
+    instrument(client, {
+      meterProvider,
+      tracerProvider: { getTracer: () => tracer as unknown as Tracer },
+      clock,
+    });
+    const handle = await client.acquire('a', { ttlMs: TTL });
+    expect((await points(M.held))[0]?.value).toBe(1);
+    await handle.release();
+    expect((await points(M.held))[0]?.value).toBe(0);
+    expect(await points(M.holdDuration)).toHaveLength(1);
+    expect(callbackErrors).toEqual([]);
+    expect(errors.length).toBeGreaterThan(0);
   });
 });
 
