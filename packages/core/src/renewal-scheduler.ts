@@ -86,9 +86,11 @@ export class RenewalScheduler {
   /**
    * Renews one handle now (manual `renew()`, a reentrant acquire), outside the batch. `ttlMs`: the TTL to ask for,
    * if not the handle's own (a reentrant acquire that asked for more); granted, it becomes the handle's.
+   * `counted`: false for a reentrant acquire's renewal, whose transport failure is that acquire's alone: its retries
+   * must not spend the `renewFailBudget` of the holders already sharing the handle.
    */
-  async renewOne(handle: Handle, ttlMs = handle.ttlMs): Promise<boolean> {
-    const [outcome] = await this.#renewBatch([handle], [ttlMs]);
+  async renewOne(handle: Handle, ttlMs = handle.ttlMs, counted = true): Promise<boolean> {
+    const [outcome] = await this.#renewBatch([handle], [ttlMs], counted);
     if (outcome instanceof Error) throw outcome;
     return outcome === true;
   }
@@ -164,7 +166,11 @@ export class RenewalScheduler {
   }
 
   /** Renews handles in one round trip; resolves per handle to true, false (refused) or the transport error. */
-  async #renewBatch(handles: readonly Handle[], ttls?: readonly number[]): Promise<(boolean | Error)[]> {
+  async #renewBatch(
+    handles: readonly Handle[],
+    ttls?: readonly number[],
+    counted = true,
+  ): Promise<(boolean | Error)[]> {
     const { clock, service, operationTimeoutMs } = this.#deps;
     for (const handle of handles) handle.renewInFlight = true;
     const requests: RenewRequest[] = handles.map((h, i) => ({ lease: h.lease, ttlMs: ttls?.[i] ?? h.ttlMs }));
@@ -204,6 +210,7 @@ export class RenewalScheduler {
         results instanceof Error ? results : validResult(results[i]),
         sentAt,
         requests[i]!.ttlMs,
+        counted,
       ),
     );
     this.#arm();
@@ -223,6 +230,7 @@ export class RenewalScheduler {
     result: RenewResult | Error | undefined,
     sentAt: number,
     requestedTtlMs: number,
+    counted: boolean,
   ): boolean | Error {
     const { clock, driftFactor, renewFailBudget, events, lose } = this.#deps;
     if (handle.state !== 'held') return false;
@@ -236,6 +244,7 @@ export class RenewalScheduler {
         this.#loseClosed(handle);
         return error;
       }
+      if (!counted) return error;
       handle.renewFailures += 1;
       handle.lastRenewError = error;
       events.emit('renew-failed', {

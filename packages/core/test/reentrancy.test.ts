@@ -153,6 +153,22 @@ describe('in-process reentrancy', () => {
       expect(first.state).toBe('released');
     });
 
+    it("a nested acquire retrying its renewal through an outage does not spend the shared handle's renewFailBudget", async () => {
+      const { client, clock, faulty } = harness({ renewFailBudget: 3 });
+      const first = await client.acquire('a', { ttlMs: 30_000, reentrant: true });
+      faulty.partition('fail');
+      const nested = outcome(client.acquire('a', { ttlMs: 60_000, reentrant: true, waitMs: 2_000 }));
+      await clock.advanceUntil(() => nested.done, 3_000);
+      expect(nested.error).toBeInstanceOf(TransportError);
+      expect(faulty.counts.attempted.renew).toBeGreaterThanOrEqual(3);
+      // 28 s of the holder's own window are left, and its own renewals have not failed once.
+      expect(first.state).toBe('held');
+      faulty.heal();
+      await clock.advance(30_000);
+      expect(first.isHeld()).toBe(true);
+      await first.release();
+    });
+
     it('a refused renewal loses the shared handle; the nested acquire takes the lock afresh', async () => {
       const onLost = vi.fn();
       const clock = new FakeClock();
