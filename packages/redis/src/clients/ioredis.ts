@@ -40,9 +40,12 @@ const CLOSED = new Set(['end', 'close']);
  * Why a call fails when its connection drops before the reply. By default (`autoResendUnfulfilledCommands`) ioredis
  * keeps such a command and writes it again once reconnected; a copy of a release that already ran would then answer
  * "not held", and the caller would be told its lock had been taken when it had released it. So the caller learns
- * at once that the outcome is unknown, as node-redis reports a dropped connection.
+ * at once that the outcome is unknown, as node-redis reports a dropped connection, and the command is not sent
+ * again (see `forget`).
  */
 const CONNECTION_LOST = 'the connection to Redis closed before the reply (the outcome is unknown)';
+
+const SUBSCRIPTION_LOST = 'the pub/sub connection closed before the subscription was confirmed';
 
 /**
  * A pub/sub connection on ioredis. ioredis delivers every message through one emitter event per connection, so this
@@ -140,7 +143,35 @@ class IORedisSubscription implements RedisSubscription {
     }
     listeners.add(listener);
     if (listeners.size > 1) return;
-    await (this.sharded ? this.sub.ssubscribe(channel) : this.sub.subscribe(channel));
+    const subscribing = this.sharded ? this.sub.ssubscribe(channel) : this.sub.subscribe(channel);
+    await (this.sub.isCluster ? subscribing : this.#untilClosed(subscribing));
+  }
+
+  /**
+   * `subscribing`, or a rejection once the connection closes before it is answered. ioredis 5 writes a SUBSCRIBE
+   * while it is still in its handshake (status 'connect'); when that connection drops, ioredis neither sends it
+   * again nor answers it: the channel stays unsubscribed and the promise pending for ever, and the service, still
+   * waiting on its first subscription, never tried again (its waiters stopped queueing for good). Rejected, the
+   * subscription is retried as any failed one.
+   */
+  #untilClosed(subscribing: Promise<unknown>): Promise<unknown> {
+    return new Promise((resolve, reject) => {
+      const onClose = (): void => {
+        this.sub.off('close', onClose);
+        reject(new Error(SUBSCRIPTION_LOST));
+      };
+      this.sub.on('close', onClose);
+      subscribing.then(
+        (reply) => {
+          this.sub.off('close', onClose);
+          resolve(reply);
+        },
+        (error: unknown) => {
+          this.sub.off('close', onClose);
+          reject(error);
+        },
+      );
+    });
   }
 
   async unsubscribe(channel: string, listener: MessageListener): Promise<void> {
@@ -205,7 +236,57 @@ function nodeKey(redis: unknown): string | undefined {
 class Waiting {
   readonly link: Link<Waiting> = new Link(this);
 
-  constructor(readonly reject: (error: Error) => void) {}
+  constructor(
+    /** ioredis' own promise for the command, which is its `Command`'s: how the command is found in its queues. */
+    readonly call: Promise<unknown>,
+    readonly reject: (error: Error) => void,
+  ) {}
+}
+
+/** An entry of ioredis' command queues (a `denque` of `{ command, stream, select }`). */
+interface QueuedCommand {
+  readonly command?: { readonly promise?: unknown } | undefined;
+}
+
+interface CommandQueue {
+  readonly length: number;
+  peekAt(index: number): QueuedCommand | undefined;
+  removeOne(index: number): unknown;
+}
+
+/**
+ * The queues in which an ioredis `Redis` keeps commands it will write (again) once connected: the unanswered
+ * commands of the connection that closed (`prevCommandQueue`, the same list as `commandQueue` until the next
+ * connect), which `autoResendUnfulfilledCommands` resends, and the offline queue.
+ */
+const QUEUES = ['commandQueue', 'prevCommandQueue', 'offlineQueue'] as const;
+
+function isCommandQueue(value: unknown): value is CommandQueue {
+  const v = value as Partial<CommandQueue> | null | undefined;
+  return typeof v?.length === 'number' && typeof v.peekAt === 'function' && typeof v.removeOne === 'function';
+}
+
+/**
+ * Takes `calls` out of the queues of the connection that just closed, so that ioredis never sends them again. A
+ * call answered as unknown must stay answered: an acquire script sent again once the server is back, after its
+ * caller was told it failed and the clean-up had given up (the outage outlasting TTL + wait, as with
+ * `maxRetriesPerRequest: null`), would grant the lock to nobody for a whole TTL. Uses ioredis internals: where they
+ * are not as expected, nothing is removed. (A call sent through auto-pipelining has no command of its own here.)
+ */
+function forget(client: unknown, calls: ReadonlySet<unknown>): void {
+  try {
+    const seen = new Set<CommandQueue>();
+    for (const name of QUEUES) {
+      const queue = (client as Record<string, unknown>)[name];
+      if (!isCommandQueue(queue) || seen.has(queue)) continue;
+      seen.add(queue);
+      for (let i = queue.length - 1; i >= 0; i--) {
+        if (calls.has(queue.peekAt(i)?.command?.promise)) queue.removeOne(i);
+      }
+    }
+  } catch {
+    // another shape of client: the calls stay as ioredis keeps them
+  }
 }
 
 /**
@@ -285,7 +366,7 @@ export class IORedisConnection implements RedisConnection {
         this.#inFlight.set(node, waiting);
       }
       const list = waiting;
-      const entry = new Waiting(reject);
+      const entry = new Waiting(call, reject);
       list.add(entry);
       if (this.#waiting++ === 0) this.client.on(this.#event, this.#listener);
       call.then(
@@ -305,7 +386,7 @@ export class IORedisConnection implements RedisConnection {
     if (list.delete(entry) && --this.#waiting === 0) this.client.off(this.#event, this.#listener);
   }
 
-  /** Answers every call waiting on `node` as unknown. */
+  /** Answers every call waiting on `node` as unknown; on a single node, ioredis will not send them again (`forget`). */
   #fail(node: string): void {
     const waiting = this.#inFlight.get(node);
     if (waiting === undefined || waiting.size === 0) return;
@@ -313,6 +394,8 @@ export class IORedisConnection implements RedisConnection {
     for (const entry of entries) waiting.delete(entry);
     this.#waiting -= entries.length;
     if (this.#waiting === 0) this.client.off(this.#event, this.#listener);
+    // A Cluster's node connections are ended, not reconnected: the Cluster itself decides what is sent again.
+    if (!this.cluster) forget(this.client, new Set(entries.map((entry) => entry.call)));
     for (const entry of entries) entry.reject(new Error(CONNECTION_LOST));
   }
 
