@@ -82,6 +82,7 @@ export class EtcdSession {
   /** Live session leases by pool and TTL (`grants:10`, `waiters:10`). */
   readonly #sessions = new Map<string, TrackedLease>();
   readonly #opening = new Map<string, Promise<TrackedLease>>();
+  readonly #lateRevokes = new Set<Promise<void>>();
   #closed = false;
 
   constructor(
@@ -155,15 +156,14 @@ export class EtcdSession {
         signal,
         // Granted after we gave up: nobody will use or renew it, but revoking spares etcd the wait.
         onLate: (late) => {
-          this.#client.leaseRevoke({ ID: late.ID }).catch(() => {});
+          this.#revokeLate(late.ID);
         },
       },
     );
     if (this.#closed) {
-      // Granted while close() ran: close has revoked what it knew of, so this one goes too, not after its TTL.
-      await this.#requests
-        .run('lease revoke', (options) => this.#client.leaseRevoke({ ID: response.ID }, options))
-        .catch(() => {});
+      // Granted while close() ran: close has revoked what it knew of, so this one goes too, not after its TTL. Not
+      // awaited here: close() waits for it only as long as its own bound allows.
+      this.#revokeLate(response.ID);
       throw new EtcdServiceClosedError();
     }
     const granted = Number(response.TTL);
@@ -291,6 +291,11 @@ export class EtcdSession {
       opening = this.grant(ttlS, true).then(
         (lease) => {
           this.#opening.delete(id);
+          if (this.#closed) {
+            // Granted just before close() began, handed over just after: close() never saw it.
+            this.#revokeLate(lease.id);
+            throw new EtcdServiceClosedError();
+          }
           this.#sessions.set(id, lease);
           return lease;
         },
@@ -304,15 +309,41 @@ export class EtcdSession {
     return opening;
   }
 
-  /** Revokes every session lease (bounded) and stops all timers and streams. */
+  /**
+   * Revokes every session lease and stops all timers and streams, within one request timeout whatever etcd does:
+   * the sessions it knows are revoked at once, and a grant still in flight is revoked when its answer comes (see
+   * `grant`), waited for only until that same deadline. A revoke still unanswered then goes on, bounded, without
+   * keeping the process alive.
+   */
   async close(): Promise<void> {
     this.#closed = true;
-    // A session being opened right now lands in #sessions or fails; either way it is settled before revoking.
-    await Promise.allSettled([...this.#opening.values()]);
     const sessions = [...this.#sessions.values()];
-    await Promise.allSettled(sessions.map((lease) => this.revoke(lease)));
     for (const lease of sessions) this.markLost(lease);
-    this.#channel.close();
+    const stop = new AbortController();
+    const bound = this.#clock.sleep(this.#requests.timeoutMs, stop.signal, { unref: true }).catch(() => {});
+    const work = Promise.allSettled([
+      ...sessions.map((lease) => this.revoke(lease)),
+      // A session opening now fails (closed) once its answer comes, after handing its lease to #revokeLate.
+      ...[...this.#opening.values()].map((opening) => opening.catch(() => undefined)),
+    ]).then(() => Promise.allSettled([...this.#lateRevokes]));
+    try {
+      await Promise.race([work, bound]);
+    } finally {
+      stop.abort();
+      this.#channel.close();
+    }
+  }
+
+  /** A lease granted after its caller gave up, or while close() ran: revoked, one bounded try, tracked for close(). */
+  #revokeLate(id: string): void {
+    const revoke = this.#requests
+      .run('lease revoke', (options) => this.#client.leaseRevoke({ ID: id }, options))
+      .then(
+        () => undefined,
+        () => undefined,
+      );
+    this.#lateRevokes.add(revoke);
+    void revoke.then(() => this.#lateRevokes.delete(revoke));
   }
 
   #stopTimer(lease: TrackedLease): void {
