@@ -65,7 +65,7 @@ export function instrument(client: InstrumentableClient, options?: InstrumentOpt
       held.delete(key);
       safely(() => instruments.held.add(-1, counted));
     }
-    safely(() => instruments.holdDuration.record(heldMs, { ...base, [ATTRIBUTES.holdEnd]: end }));
+    safely(() => instruments.holdDuration.record(seconds(heldMs), { ...base, [ATTRIBUTES.holdEnd]: end }));
     return base;
   };
 
@@ -73,7 +73,10 @@ export function instrument(client: InstrumentableClient, options?: InstrumentOpt
     client.events.on('acquired', (event: LockEventMap['acquired']) => {
       const base = attributes(event.kind, event.name, event.slot);
       safely(() =>
-        instruments.acquireWait.record(event.waitedMs, { ...base, [ATTRIBUTES.outcome]: 'acquired' }),
+        instruments.acquireWait.record(seconds(event.waitedMs), {
+          ...base,
+          [ATTRIBUTES.outcome]: 'acquired',
+        }),
       );
       // Counted only once the counter took it: stopping takes off exactly what was added.
       if (!event.reentered && safely(() => instruments.held.add(1, base))) {
@@ -97,7 +100,7 @@ export function instrument(client: InstrumentableClient, options?: InstrumentOpt
       const base = attributes(event.kind, event.name, undefined);
       const outcome = OUTCOMES[event.outcome];
       safely(() =>
-        instruments.acquireWait.record(event.waitedMs, { ...base, [ATTRIBUTES.outcome]: outcome }),
+        instruments.acquireWait.record(seconds(event.waitedMs), { ...base, [ATTRIBUTES.outcome]: outcome }),
       );
       const spanAttributes: Attributes = {
         ...base,
@@ -173,6 +176,11 @@ function safely(record: () => void): boolean {
     diag.error('@dlock/opentelemetry: recording a lock event failed', error);
     return false;
   }
+}
+
+/** The events' milliseconds as the histograms' seconds. */
+function seconds(ms: number): number {
+  return ms / 1_000;
 }
 
 /** One grant: a fencing token is unique per lock name, and per slot for a permit. */

@@ -1,11 +1,15 @@
 import type { Counter, Histogram, Meter, UpDownCounter } from '@opentelemetry/api';
 import { METRICS } from './names.js';
 
-/** Waits: most are a few ms, a contended one lasts as long as someone else's hold. */
-const WAIT_BUCKETS_MS = [0, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000];
-/** Holds: from a quick critical section to a leader that keeps its leadership for hours. */
-const HOLD_BUCKETS_MS = [
-  1, 5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000, 300_000, 900_000, 3_600_000,
+// Durations are recorded in seconds, the unit OpenTelemetry's semantic conventions ask of every duration metric
+// (http.server.request.duration, db.client.connection.wait_time): dashboards and exporters that mix this package's
+// histograms with other instrumentations' need not convert, and a Prometheus exporter names them `_seconds`.
+
+/** Waits, in seconds: most are a few ms, a contended one lasts as long as someone else's hold. */
+const WAIT_BUCKETS_S = [0, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
+/** Holds, in seconds: from a quick critical section to a leader that keeps its leadership for hours. */
+const HOLD_BUCKETS_S = [
+  0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3_600,
 ];
 
 export interface Instruments {
@@ -21,13 +25,13 @@ export function createInstruments(meter: Meter): Instruments {
   return {
     acquireWait: meter.createHistogram(METRICS.acquireWait, {
       description: 'Time from an acquire call to its end (a handle, a timeout, an abort or an error).',
-      unit: 'ms',
-      advice: { explicitBucketBoundaries: WAIT_BUCKETS_MS },
+      unit: 's',
+      advice: { explicitBucketBoundaries: WAIT_BUCKETS_S },
     }),
     holdDuration: meter.createHistogram(METRICS.holdDuration, {
       description: 'Time a handle was held: from the grant to release() or to the loss being noticed.',
-      unit: 'ms',
-      advice: { explicitBucketBoundaries: HOLD_BUCKETS_MS },
+      unit: 's',
+      advice: { explicitBucketBoundaries: HOLD_BUCKETS_S },
     }),
     held: meter.createUpDownCounter(METRICS.held, {
       description: 'Locks and permits held right now.',

@@ -1,11 +1,11 @@
 /**
- * The instrument and attribute names this package records, for dashboards and alerts. Durations are in
- * milliseconds; counts are of holds (`{hold}`) or events.
+ * The instrument and attribute names this package records, for dashboards and alerts. Duration metrics are in
+ * seconds (span attributes say their unit in their name); counts are of holds (`{hold}`) or renewals.
  */
 export const METRICS = {
-  /** Histogram, ms: from the acquire call to its end, by `dlock.outcome`. */
+  /** Histogram, seconds: from the acquire call to its end, by `dlock.outcome`. */
   acquireWait: 'dlock.acquire.wait',
-  /** Histogram, ms: from the grant to `release()` or to the loss being noticed, by `dlock.hold.end`. */
+  /** Histogram, seconds: from the grant to `release()` or to the loss being noticed, by `dlock.hold.end`. */
   holdDuration: 'dlock.hold.duration',
   /** Up-down counter: handles held right now by the instrumented clients. */
   held: 'dlock.held',

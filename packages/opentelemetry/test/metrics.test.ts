@@ -7,7 +7,7 @@ const TTL = 3_000;
 const lock = { [A.kind]: 'lock' };
 
 describe('acquire wait', () => {
-  it('an acquire that gets its handle: outcome acquired, the wait in ms', async () => {
+  it('an acquire that gets its handle: outcome acquired, the wait in seconds', async () => {
     const { client, other, clock, histogram } = setup();
     const first = await other.acquire('a', { ttlMs: TTL });
     const call = outcome(client.acquire('a', { ttlMs: TTL, waitMs: 5_000 }));
@@ -17,7 +17,7 @@ describe('acquire wait', () => {
     expect(call.value?.state).toBe('held');
     const [point] = await histogram(M.acquireWait);
     expect(point?.attributes).toEqual({ ...lock, [A.outcome]: 'acquired' });
-    expect(point?.value).toMatchObject({ count: 1, sum: 250 });
+    expect(point?.value).toMatchObject({ count: 1, sum: 0.25 });
   });
 
   it('a budget that runs out: outcome timeout; tryAcquire on a busy lock too', async () => {
@@ -30,7 +30,7 @@ describe('acquire wait', () => {
     const points = await histogram(M.acquireWait);
     expect(points).toHaveLength(1);
     expect(points[0]?.attributes).toEqual({ ...lock, [A.outcome]: 'timeout' });
-    expect(points[0]?.value).toMatchObject({ count: 2, sum: 500, min: 0, max: 500 });
+    expect(points[0]?.value).toMatchObject({ count: 2, sum: 0.5, min: 0, max: 0.5 });
   });
 
   it("the caller's signal and close(): outcome aborted", async () => {
@@ -49,7 +49,7 @@ describe('acquire wait', () => {
     const points = await histogram(M.acquireWait);
     expect(points).toHaveLength(1);
     expect(points[0]?.attributes).toEqual({ ...lock, [A.outcome]: 'aborted' });
-    expect(points[0]?.value).toMatchObject({ count: 2, sum: 400 });
+    expect(points[0]?.value).toMatchObject({ count: 2, sum: 0.4 });
   });
 
   it('a service that cannot be reached: outcome error', async () => {
@@ -58,6 +58,27 @@ describe('acquire wait', () => {
     await expect(client.acquire('a', { ttlMs: TTL })).rejects.toBeInstanceOf(TransportError);
     const points = await histogram(M.acquireWait);
     expect(points.map((p) => p.attributes)).toEqual([{ ...lock, [A.outcome]: 'error' }]);
+  });
+});
+
+describe('units', () => {
+  it("durations are in seconds (unit s), as OpenTelemetry's semantic conventions ask, with buckets to match", async () => {
+    const { client, clock, metrics, histogram } = setup();
+    const handle = await client.acquire('a', { ttlMs: TTL });
+    await clock.advance(1_500);
+    await handle.release();
+    const recorded = await metrics();
+    expect(recorded.get(M.acquireWait)?.descriptor.unit).toBe('s');
+    expect(recorded.get(M.holdDuration)?.descriptor.unit).toBe('s');
+    const [wait] = await histogram(M.acquireWait);
+    expect(wait?.value.buckets.boundaries).toEqual([
+      0, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
+    ]);
+    const [hold] = await histogram(M.holdDuration);
+    expect(hold?.value.buckets.boundaries).toEqual([
+      0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3_600,
+    ]);
+    expect(hold?.value.sum).toBe(1.5);
   });
 });
 
@@ -74,7 +95,7 @@ describe('holds', () => {
     expect(await points(M.held)).toEqual([{ attributes: lock, value: 0 }]);
     const [hold] = await histogram(M.holdDuration);
     expect(hold?.attributes).toEqual({ ...lock, [A.holdEnd]: 'released' });
-    expect(hold?.value).toMatchObject({ count: 2, sum: 2_400 });
+    expect(hold?.value).toMatchObject({ count: 2, sum: 2.4 });
   });
 
   it('a reentrant acquire counts as an acquire, not as another hold', async () => {
@@ -110,7 +131,7 @@ describe('holds', () => {
     expect(await points(M.held)).toEqual([{ attributes: lock, value: 0 }]);
     const holds = await histogram(M.holdDuration);
     expect(holds.map((p) => p.attributes)).toEqual([{ ...lock, [A.holdEnd]: 'lost' }]);
-    expect(holds[0]?.value.sum).toBeGreaterThan(2 * TTL);
+    expect(holds[0]?.value.sum).toBeGreaterThan((2 * TTL) / 1_000);
   });
 
   it('a release the service found nothing for is a loss (reason rejected), as release() says', async () => {

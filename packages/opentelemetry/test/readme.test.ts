@@ -30,7 +30,7 @@ describe('the README examples', () => {
       }
       // The example prints what it recorded: every metric it promises, and both spans with the mapped name.
       expect(lines[0]).toMatch(/^charging invoice 42 under fencing token 1$/);
-      for (const metric of ['dlock.acquire.wait (ms)', 'dlock.hold.duration (ms)', 'dlock.held ({hold})']) {
+      for (const metric of ['dlock.acquire.wait (s)', 'dlock.hold.duration (s)', 'dlock.held ({hold})']) {
         expect(lines.some((line) => line.startsWith(metric))).toBe(true);
       }
       expect(lines.find((l) => l.startsWith('dlock.held'))).toContain(
