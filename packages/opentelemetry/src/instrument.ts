@@ -5,14 +5,17 @@ import {
   type Attributes,
   context,
   diag,
+  type MeterProvider,
+  metrics,
   type Span,
   SpanKind,
   SpanStatusCode,
   type Tracer,
+  type UpDownCounter,
 } from '@opentelemetry/api';
 import { attributesFor } from './attributes.js';
 import { type InstrumentableClient, isInstrumentable } from './client-like.js';
-import { createInstruments } from './instruments.js';
+import { createInstruments, type Instruments } from './instruments.js';
 import { ATTRIBUTES, SPANS } from './names.js';
 import { type InstrumentOptions, resolveOptions } from './options.js';
 
@@ -46,12 +49,15 @@ export function instrument(client: InstrumentableClient, options?: InstrumentOpt
     throw new InvalidArgumentError('client', 'must be a LockClient (with an events stream)');
   }
   const { meterProvider, tracerProvider, nameAttribute, now } = resolveOptions(options);
-  const instruments = createInstruments(meterProvider.getMeter(SCOPE));
+  const instruments = meterInstruments(meterProvider);
   const tracer = tracerProvider.getTracer(SCOPE);
   const attributes = (kind: LockKind, name: string, slot: number | undefined): Attributes =>
     attributesFor(nameAttribute, kind, name, slot);
-  /** Handles this instrumentation counted in `dlock.held`, with the attributes they were counted under. */
-  const held = new Map<string, Attributes>();
+  /**
+   * Handles this instrumentation counted in `dlock.held`, with the attributes they were counted under and the
+   * counter that took them (the global provider may have changed since): each is taken off where it was added.
+   */
+  const held = new Map<string, { attributes: Attributes; counter: UpDownCounter }>();
 
   const endHold = (
     event: { kind: LockKind; name: string; slot?: number; fencingToken: bigint },
@@ -60,12 +66,12 @@ export function instrument(client: InstrumentableClient, options?: InstrumentOpt
   ): Attributes => {
     const key = holdKey(event.kind, event.name, event.slot, event.fencingToken);
     const counted = held.get(key);
-    const base = counted ?? attributes(event.kind, event.name, event.slot);
+    const base = counted?.attributes ?? attributes(event.kind, event.name, event.slot);
     if (counted) {
       held.delete(key);
-      safely(() => instruments.held.add(-1, counted));
+      safely(() => counted.counter.add(-1, counted.attributes));
     }
-    safely(() => instruments.holdDuration.record(seconds(heldMs), { ...base, [ATTRIBUTES.holdEnd]: end }));
+    safely(() => instruments().holdDuration.record(seconds(heldMs), { ...base, [ATTRIBUTES.holdEnd]: end }));
     return base;
   };
 
@@ -73,14 +79,23 @@ export function instrument(client: InstrumentableClient, options?: InstrumentOpt
     client.events.on('acquired', (event: LockEventMap['acquired']) => {
       const base = attributes(event.kind, event.name, event.slot);
       safely(() =>
-        instruments.acquireWait.record(seconds(event.waitedMs), {
+        instruments().acquireWait.record(seconds(event.waitedMs), {
           ...base,
           [ATTRIBUTES.outcome]: 'acquired',
         }),
       );
       // Counted only once the counter took it: stopping takes off exactly what was added.
-      if (!event.reentered && safely(() => instruments.held.add(1, base))) {
-        held.set(holdKey(event.kind, event.name, event.slot, event.fencingToken), base);
+      if (!event.reentered) {
+        const counter = safely(() => {
+          const taker = instruments().held;
+          taker.add(1, base);
+          return taker;
+        });
+        if (counter)
+          held.set(holdKey(event.kind, event.name, event.slot, event.fencingToken), {
+            attributes: base,
+            counter,
+          });
       }
       const spanAttributes: Attributes = {
         ...base,
@@ -100,7 +115,7 @@ export function instrument(client: InstrumentableClient, options?: InstrumentOpt
       const base = attributes(event.kind, event.name, undefined);
       const outcome = OUTCOMES[event.outcome];
       safely(() =>
-        instruments.acquireWait.record(seconds(event.waitedMs), { ...base, [ATTRIBUTES.outcome]: outcome }),
+        instruments().acquireWait.record(seconds(event.waitedMs), { ...base, [ATTRIBUTES.outcome]: outcome }),
       );
       const spanAttributes: Attributes = {
         ...base,
@@ -124,7 +139,7 @@ export function instrument(client: InstrumentableClient, options?: InstrumentOpt
       const base = endHold(event, event.heldMs, lost ? 'lost' : 'released');
       // The service had nothing of this grant left: the lock was taken from it before the release (release()
       // rejects with a LockLostError, reason `rejected`), and the core emits no `lost` event for it.
-      if (lost) safely(() => instruments.losses.add(1, { ...base, [ATTRIBUTES.reason]: 'rejected' }));
+      if (lost) safely(() => instruments().losses.add(1, { ...base, [ATTRIBUTES.reason]: 'rejected' }));
       safely(() => {
         const end = now();
         const span = pastSpan(tracer, SPANS.release, end, event.releaseMs, {
@@ -142,13 +157,13 @@ export function instrument(client: InstrumentableClient, options?: InstrumentOpt
     }),
     client.events.on('lost', (event: LockEventMap['lost']) => {
       const base = endHold(event, event.heldMs, 'lost');
-      safely(() => instruments.losses.add(1, { ...base, [ATTRIBUTES.reason]: event.reason }));
+      safely(() => instruments().losses.add(1, { ...base, [ATTRIBUTES.reason]: event.reason }));
     }),
     client.events.on('renewed', (event: LockEventMap['renewed']) => {
-      safely(() => instruments.renewals.add(1, attributes(event.kind, event.name, event.slot)));
+      safely(() => instruments().renewals.add(1, attributes(event.kind, event.name, event.slot)));
     }),
     client.events.on('renew-failed', (event: LockEventMap['renew-failed']) => {
-      safely(() => instruments.renewalFailures.add(1, attributes(event.kind, event.name, event.slot)));
+      safely(() => instruments().renewalFailures.add(1, attributes(event.kind, event.name, event.slot)));
     }),
   ];
 
@@ -157,7 +172,7 @@ export function instrument(client: InstrumentableClient, options?: InstrumentOpt
     if (!active) return;
     active = false;
     for (const off of listeners) off();
-    for (const counted of held.values()) safely(() => instruments.held.add(-1, counted));
+    for (const counted of held.values()) safely(() => counted.counter.add(-1, counted.attributes));
     held.clear();
   };
   return Object.assign(stop, { [Symbol.dispose]: stop });
@@ -168,14 +183,32 @@ export function instrument(client: InstrumentableClient, options?: InstrumentOpt
  * instrumentation does: thrown into the client's event stream, it would skip this event's other exports and come
  * back as a `callback-error` event, or a process warning, that names the lock. Returns whether it ran through.
  */
-function safely(record: () => void): boolean {
+function safely<T>(record: () => T): T | undefined {
   try {
-    record();
-    return true;
+    return record();
   } catch (error) {
     diag.error('@dlock/opentelemetry: recording a lock event failed', error);
-    return false;
+    return undefined;
   }
+}
+
+/**
+ * The instruments of `provider`; without one, of the global provider as it is at each call. The metrics API has no
+ * proxy provider (the trace API has): instruments taken from it before an SDK registers are no-ops for good, so an
+ * `instrument()` called before the SDK started would record nothing, silently. A provider change makes new instruments.
+ */
+function meterInstruments(provider: MeterProvider | undefined): () => Instruments {
+  if (provider !== undefined) {
+    const fixed = createInstruments(provider.getMeter(SCOPE));
+    return () => fixed;
+  }
+  let current: { provider: MeterProvider; instruments: Instruments } | undefined;
+  return () => {
+    const global = metrics.getMeterProvider();
+    if (current?.provider !== global)
+      current = { provider: global, instruments: createInstruments(global.getMeter(SCOPE)) };
+    return current.instruments;
+  };
 }
 
 /** The events' milliseconds as the histograms' seconds. */

@@ -1,10 +1,14 @@
 import { InvalidArgumentError, systemClock } from '@dlock/core';
 import { rejectUnknownKeys } from '@dlock/core/adapter';
-import { type MeterProvider, metrics, type TracerProvider, trace } from '@opentelemetry/api';
+import type { MeterProvider, TracerProvider } from '@opentelemetry/api';
+import { trace } from '@opentelemetry/api';
 
 /** Options of {@link instrument}; every one is optional. */
 export interface InstrumentOptions {
-  /** Where the metrics go. Default: the global provider (`metrics.getMeterProvider()`). */
+  /**
+   * Where the metrics go. Default: the global provider (`metrics.getMeterProvider()`), looked up when a metric is
+   * recorded, so an SDK registered after `instrument()` still gets them.
+   */
   readonly meterProvider?: MeterProvider;
   /** Where the spans go. Default: the global provider (`trace.getTracerProvider()`). */
   readonly tracerProvider?: TracerProvider;
@@ -26,7 +30,8 @@ export interface InstrumentOptions {
 }
 
 export interface ResolvedOptions {
-  readonly meterProvider: MeterProvider;
+  /** Absent: the global provider, read each time a metric is recorded (see `instrument`). */
+  readonly meterProvider: MeterProvider | undefined;
   readonly tracerProvider: TracerProvider;
   readonly nameAttribute: ((name: string) => string | undefined) | undefined;
   readonly now: () => number;
@@ -65,7 +70,7 @@ export function resolveOptions(options: InstrumentOptions | undefined): Resolved
     throw new InvalidArgumentError('options.clock', 'must have now() (epoch ms)');
   }
   return {
-    meterProvider: meterProvider ?? metrics.getMeterProvider(),
+    meterProvider,
     tracerProvider: tracerProvider ?? trace.getTracerProvider(),
     nameAttribute,
     now: clock === undefined ? () => systemClock.now() : () => clock.now(),

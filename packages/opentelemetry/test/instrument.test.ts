@@ -6,6 +6,7 @@ import {
   diag,
   type Meter,
   type MeterProvider,
+  metrics,
   type Tracer,
 } from '@opentelemetry/api';
 import {
@@ -76,6 +77,28 @@ describe('input', () => {
     expect(() => instrument(client, { nameAttribute: true } as never)).toThrow(InvalidArgumentError);
     expect(() => instrument(client, { meterProvider: {} } as never)).toThrow(/meterProvider/);
     expect(() => instrument(client, { tracerProvider: 1 } as never)).toThrow(/tracerProvider/);
+  });
+
+  it('the global MeterProvider is read when metrics are recorded: an SDK started after instrument() gets them', async () => {
+    const harness = setup();
+    harness.uninstrument();
+    const { client, clock, points, meterProvider } = harness;
+    const stop = instrument(client, { clock });
+    const before = await client.acquire('before', { ttlMs: TTL });
+    metrics.setGlobalMeterProvider(meterProvider);
+    try {
+      const after = await client.acquire('after', { ttlMs: TTL });
+      expect(await points(M.held)).toEqual([{ attributes: { 'dlock.kind': 'lock' }, value: 1 }]);
+      // The hold counted before the SDK came is taken off where it was counted, not off the SDK's counter.
+      await before.release();
+      expect((await points(M.held))[0]?.value).toBe(1);
+      await after.release();
+      expect((await points(M.held))[0]?.value).toBe(0);
+      expect((await points(M.holdDuration)).map((p) => p.attributes)).toHaveLength(1);
+      stop();
+    } finally {
+      metrics.disable();
+    }
   });
 
   it('defaults to the global providers (no-op until an SDK registers them)', async () => {
