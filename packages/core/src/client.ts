@@ -484,7 +484,8 @@ export class LockClient {
     if (failed.length > 0) {
       const names = failed.map((f) => JSON.stringify(f.name)).join(', ');
       throw new TransportError(
-        `close() could not release ${failed.length} of ${sent} lock(s) (${names}): the service did not hear of it, so each runs out by its TTL`,
+        // Not "the service did not hear of it": a try that timed out may have been applied all the same.
+        `close() could not release ${failed.length} of ${sent} lock(s) (${names}): no try got a reply saying so, so each may stay held until its TTL runs out`,
         {
           cause: new AggregateError(
             failed.map((f) => f.error),
