@@ -46,6 +46,8 @@ interface HeldLock extends GrantRecord {
  */
 export class EtcdProtocol extends EtcdDriver<HeldLock> implements QueueDriver<Claim, Wait> {
   readonly #slots = new Slots();
+  /** Locks an acquire of this service last found held by another service (see `#heldByOther`). */
+  readonly #busy = new RecentNames();
 
   constructor(parts: DriverParts) {
     super(parts, { freed: (held) => this.#slots.free(held.name, held.keySlot) });
@@ -83,6 +85,15 @@ export class EtcdProtocol extends EtcdDriver<HeldLock> implements QueueDriver<Cl
    */
   async enqueue(claim: Claim, { queue }: { readonly queue: boolean }): Promise<Standing<Wait>> {
     const { request } = claim;
+    if (
+      !queue &&
+      !this.session.sessionMode &&
+      this.#busy.has(request.name) &&
+      (await this.#heldByOther(claim))
+    ) {
+      claim.unwritten = true;
+      return this.waits.behind(claim, { pauseMs: 0 });
+    }
     const { lease, refresh } = await this.session.forAcquire(request.ttlMs, claim.startedAt, request.signal);
     claim.lease = lease;
     let sentAt = this.clock.monotonic();
@@ -110,9 +121,11 @@ export class EtcdProtocol extends EtcdDriver<HeldLock> implements QueueDriver<Cl
     if (outcome && !(outcome instanceof Error) && !outcome.alive) return GONE;
     const holder = response.succeeded ? undefined : rangeKvs(response, queue ? 3 : 1)[0];
     if (response.succeeded || (holder && BigInt(holder.create_revision) === claim.revision)) {
+      this.#busy.forget(request.name);
       assertFullTtl(outcome, lease, claim);
       return this.#first(claim, lease);
     }
+    if (holder && !this.#isOurs(claim, holder.key)) this.#busy.saw(request.name);
     if (!queue) {
       // A key of ours found here is an earlier copy of this write (a stale one was taken out above): leave deletes it.
       claim.unwritten = claim.revision === 0n;
@@ -338,6 +351,33 @@ export class EtcdProtocol extends EtcdDriver<HeldLock> implements QueueDriver<Cl
     return response;
   }
 
+  /**
+   * A try on a lock this service last found held by someone else reads the holder first (one read, no lease): held
+   * by another service, the answer is "busy" without granting a lease only to revoke it (two round trips and lease
+   * churn on the cluster for nothing). Nothing is written, as a try must write nothing into a held lock. Found free,
+   * or led by a key of this service (which the write handles: a stale key of ours is replaced), the try goes on.
+   */
+  async #heldByOther(claim: Claim): Promise<boolean> {
+    const { directory, rangeEnd, request } = claim;
+    const response = await this.txns.run(
+      'acquire',
+      { success: [{ request_range: { ...byCreate(directory, rangeEnd, 'Ascend', 1), keys_only: true } }] },
+      { signal: request.signal },
+    );
+    const holder = rangeKvs(response, 0)[0];
+    if (holder && !this.#isOurs(claim, holder.key)) return true;
+    this.#busy.forget(request.name);
+    return false;
+  }
+
+  /** Whether a key of the claim's directory is one of this service's contender keys. */
+  #isOurs(claim: Claim, key: Buffer): boolean {
+    const own = contenderKey(claim.directory, this.serviceId, 0);
+    // The key without its slot number: the directory, our service id and `_`.
+    const stem = own.subarray(0, own.length - 1);
+    return key.length > stem.length && key.subarray(0, stem.length).equals(stem);
+  }
+
   #first(claim: Claim, lease: TrackedLease): Standing<Wait> {
     this.waits.stop(claim);
     if (lease.isLost) return GONE;
@@ -372,3 +412,28 @@ function isStale(response: TxnResponseLike, lease: TrackedLease, before: bigint)
  */
 const ownRevision = (response: TxnResponseLike, queue: boolean): string | undefined =>
   response.succeeded ? response.header.revision : rangeKvs(response, queue ? 2 : 0)[0]?.create_revision;
+
+/** Lock names remembered, at most (the oldest is forgotten first): a hint only, never what an answer rests on. */
+const BUSY_MAX = 1_000;
+
+/** A bounded set of names, oldest first. */
+class RecentNames {
+  readonly #names = new Set<string>();
+
+  has(name: string): boolean {
+    return this.#names.has(name);
+  }
+
+  saw(name: string): void {
+    this.#names.delete(name);
+    this.#names.add(name);
+    if (this.#names.size > BUSY_MAX) {
+      const oldest = this.#names.values().next().value;
+      if (oldest !== undefined) this.#names.delete(oldest);
+    }
+  }
+
+  forget(name: string): void {
+    this.#names.delete(name);
+  }
+}

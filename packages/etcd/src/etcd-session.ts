@@ -112,6 +112,11 @@ export class EtcdSession {
     return { lease, refresh: this.keepAlive(lease, startedAt + ttlMs - lease.ttlMs) };
   }
 
+  /** True in session mode (keys share session leases), false with a lease per lock. */
+  get sessionMode(): boolean {
+    return this.#sessionTtlMs !== undefined;
+  }
+
   /** The TTL in seconds of the session lease for grants of `ttlMs` (session mode only). */
   sessionTtlS(ttlMs: number): number {
     return seconds(Math.max(ttlMs, this.#sessionTtlMs ?? 0));
