@@ -120,7 +120,8 @@ export class Grants<R extends GrantRecord> {
    * A lease of its own is revoked (deleting the key in the same raft entry); a session's key is deleted if its
    * create revision is still the grant's token, and retried in the background if that fails: the session lives on
    * with the other grants, and without a retry the key would stay with it. "Not found" answered while the lease is
-   * still within its known life is a release all the same (see `#deletedByUs`).
+   * still within its known life is a release all the same (see `#deletedByUs`), on a session only if a keep-alive finds
+   * the session alive (see `#sessionAlive`).
    */
   async release(lease: Lease): Promise<boolean> {
     const held = this.lookup(lease);
@@ -131,9 +132,8 @@ export class Grants<R extends GrantRecord> {
         return (await this.#session.revoke(held.lease)) || this.#deletedByUs(held.lease);
       }
       try {
-        return (
-          deletedOne(await this.#txns.deleteKey(held.key, held.revision)) || this.#deletedByUs(held.lease)
-        );
+        if (deletedOne(await this.#txns.deleteKey(held.key, held.revision))) return true;
+        return this.#deletedByUs(held.lease) && (await this.#sessionAlive(held.lease));
       } catch (error) {
         this.#cleanups.run(
           () => (held.lease.isLost ? Promise.resolve() : this.#txns.deleteKey(held.key, held.revision)),
@@ -156,6 +156,20 @@ export class Grants<R extends GrantRecord> {
    */
   #deletedByUs(lease: TrackedLease): boolean {
     return !lease.isLost && this.#txns.requests.clock.monotonic() < lease.expiresAt;
+  }
+
+  /**
+   * Whether a session whose key a release found gone still lives, asked with one keep-alive. A key of ours found
+   * gone by our own delete sent again leaves the session alive; one that went with the session, revoked by someone
+   * else (`etcdctl lease revoke`) or expired, does not: then the grant was lost before the release, and every other
+   * grant on the session is reported lost with it. An unanswered keep-alive proves neither: the release stands.
+   */
+  async #sessionAlive(lease: TrackedLease): Promise<boolean> {
+    try {
+      return (await this.#session.keepAlive(lease, this.#txns.requests.clock.monotonic())).alive;
+    } catch {
+      return true;
+    }
   }
 
   /** The grants of a lost session: forgotten (their keys went with the lease). */
