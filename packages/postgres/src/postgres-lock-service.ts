@@ -84,13 +84,11 @@ export class PostgresLockService implements LockService {
     const watch: PostgresReleaseWatch = new PostgresReleaseWatch(db, clock, {
       observe: (names, ms, onSettled) =>
         db.query('observe', sql.observe, [names, watch.channel, ms], { onSettled }),
-      unobserve: (name, timeoutMs) =>
-        db.query(
-          'unobserve',
-          sql.unobserve,
-          [name, watch.channel],
-          timeoutMs === undefined ? {} : { timeoutMs },
-        ),
+      unobserve: (name, timeoutMs, onSettled) =>
+        db.query('unobserve', sql.unobserve, [name, watch.channel], {
+          ...(timeoutMs === undefined ? {} : { timeoutMs }),
+          ...(onSettled === undefined ? {} : { onSettled }),
+        }),
       passOn: (kind, name) => db.query('pass on a wake-up', sql.wakeHead, [kind, name]),
       selfNotify: (payload) =>
         db.query('listening check', 'SELECT pg_notify($1, $2)', [watch.channel, payload]),

@@ -96,6 +96,15 @@ function bigintOf(row: Row, column: string, what: string): bigint | undefined {
   return BigInt(value);
 }
 
+/**
+ * A renewal, release or metadata update that reached its rows only after its bound wrote nothing (see `lateAfter` in
+ * sql.ts): its caller may have given up on it and been told its lease was lost. Not a refusal: the grant may still
+ * hold, and core retries within the lease's window.
+ */
+function late(what: string): TransportError {
+  return new TransportError(`PostgreSQL ${what}: ran past its bound on the server, nothing written`);
+}
+
 function onlyRow(rows: readonly Row[], what: string): Row {
   const row = rows[0];
   if (rows.length !== 1 || row === undefined) throw unexpectedRow(what, rows);
@@ -239,8 +248,11 @@ export class PostgresProtocol implements QueueDriver<Claim, Wait> {
       lease.slot ?? 0,
       lease.ownershipToken,
       lease.fencingToken.toString(),
+      this.#db.boundLeft(this.#db.clock.monotonic()),
     ]);
-    const released = onlyRow(rows, 'release')['released'] === 'true';
+    const row = onlyRow(rows, 'release');
+    if (row['late'] === 'true') throw late('release');
+    const released = row['released'] === 'true';
     if (kind === 'l') this.#watch.notify(lease.name);
     return released;
   }
@@ -270,8 +282,11 @@ export class PostgresProtocol implements QueueDriver<Claim, Wait> {
       lease.ownershipToken,
       lease.fencingToken.toString(),
       metadata,
+      this.#db.boundLeft(this.#db.clock.monotonic()),
     ]);
-    const updated = onlyRow(rows, 'update metadata')['updated'] === '1';
+    const row = onlyRow(rows, 'update metadata');
+    if (row['late'] === 'true') throw late('update metadata');
+    const updated = row['updated'] === '1';
     if (updated) this.#watch.notify(lease.name);
     return updated;
   }
@@ -437,9 +452,11 @@ export class PostgresProtocol implements QueueDriver<Claim, Wait> {
       owners,
       tokens,
       ttls,
+      this.#db.boundLeft(this.#db.clock.monotonic()),
     ]);
     const renewed = new Set<number>();
     for (const row of rows) {
+      if (row['late'] === 'true') throw late('renew');
       const i = integer(row, 'i', 'renew');
       if (i === undefined || i < 1 || i > requests.length) throw unexpectedRow('renew', row);
       renewed.add(i);

@@ -36,8 +36,11 @@ export interface Observing {
    * on the server (it may commit after its call was given up).
    */
   observe(names: readonly string[], ms: number, onSettled: () => void): Promise<unknown>;
-  /** Deletes this service's observer row of `name`, bounded by `timeoutMs` (default: a statement's bound). */
-  unobserve(name: string, timeoutMs?: number): Promise<unknown>;
+  /**
+   * Deletes this service's observer row of `name`, bounded by `timeoutMs` (default: a statement's bound);
+   * `onSettled` as for `observe`.
+   */
+  unobserve(name: string, timeoutMs?: number, onSettled?: () => void): Promise<unknown>;
   /** Wakes the first live waiter of (kind, name): a wake-up reached a claim that no longer waits. */
   passOn(kind: string, name: string): Promise<unknown>;
   /** Sends `payload` to this service's channel through the pool (the listening connection's check). */
@@ -81,6 +84,11 @@ export class PostgresReleaseWatch {
   #observeSeq = 0;
   /** Observe statements not yet finished on the server: until then, a delete may run before their insert. */
   readonly #inFlight = new Set<Promise<void>>();
+  /**
+   * Deletes of a name's observer row not yet finished on the server, by name: a new subscription's insert waits for
+   * them, or the delete could land after it (on another connection) and take the new subscription's row.
+   */
+  readonly #deleting = new Map<string, Promise<void>>();
 
   constructor(db: Database, clock: Clock, observing: Observing) {
     this.#db = db;
@@ -184,8 +192,12 @@ export class PostgresReleaseWatch {
     );
   }
 
-  /** Writes or refreshes the observer rows of `names`, keeping track of the statement until the server is done. */
-  #observe(names: readonly string[]): Promise<unknown> {
+  /**
+   * Writes or refreshes the observer rows of `names`, keeping track of the statement until the server is done; sent
+   * once `after` (a delete of the row still running) has finished, and not at all if the service closed meanwhile
+   * (close() deletes the rows itself).
+   */
+  #observe(names: readonly string[], after?: Promise<void>): Promise<unknown> {
     const seq = ++this.#observeSeq;
     for (const name of names) this.#rows.set(name, seq);
     let settled!: () => void;
@@ -194,7 +206,14 @@ export class PostgresReleaseWatch {
     });
     this.#inFlight.add(done);
     void done.then(() => this.#inFlight.delete(done));
-    return this.#observing.observe(names, OBSERVE_MS, settled);
+    if (after === undefined) return this.#observing.observe(names, OBSERVE_MS, settled);
+    return after.then(() => {
+      if (this.#closed) {
+        settled();
+        return undefined;
+      }
+      return this.#observing.observe(names, OBSERVE_MS, settled);
+    });
   }
 
   /** The last subscriber of `name` left: its row goes once every observe statement sent before has finished. */
@@ -205,7 +224,15 @@ export class PostgresReleaseWatch {
       if (this.#closed || this.#names.has(name)) return;
       const seq = this.#rows.get(name);
       if (seq === undefined) return;
-      this.#observing.unobserve(name).then(
+      let settled!: () => void;
+      const deleting = new Promise<void>((resolve) => {
+        settled = resolve;
+      });
+      this.#deleting.set(name, deleting);
+      void deleting.then(() => {
+        if (this.#deleting.get(name) === deleting) this.#deleting.delete(name);
+      });
+      this.#observing.unobserve(name, undefined, settled).then(
         () => {
           if (this.#rows.get(name) === seq) this.#rows.delete(name);
         },
@@ -397,7 +424,7 @@ export class PostgresReleaseWatch {
     this.#idleTimer = cancel(this.#idleTimer);
     if (!this.#listening) this.#open();
     // Once the row is in place, the subscribers look once: a change before it would have been missed.
-    this.#observe([name]).then(
+    this.#observe([name], this.#deleting.get(name)).then(
       () => this.notify(name),
       () => {},
     );

@@ -103,6 +103,16 @@ const ms = (param: string): string => `(${param}::float8 * interval '1 milliseco
 const inTime = (param: string): string => `clock_timestamp() < statement_timestamp() + ${ms(param)}`;
 
 /**
+ * The same deadline for a statement that changes rows it does not create (renew, metadata update; the release
+ * function does it in PL/pgSQL): `late` is true when the bound had passed once the statement held every row it
+ * writes. An UPDATE's own WHERE is evaluated before it waits for a row lock and, when the holder of that lock only
+ * locked the row (did not change it), is not evaluated again after the wait: the rows are locked first (`locked`,
+ * `FOR UPDATE`), the clock read after all of them are, and the write is made only if it was not late.
+ */
+const lateAfter = (locked: string, param: string): string =>
+  `late AS MATERIALIZED (SELECT NOT (${inTime(param)}) AS late FROM (SELECT count(*) FROM ${locked}) c)`;
+
+/**
  * A wake-up notice: `<claim id>:<kind>:<name>`. The claim's service forwards it to the head of (kind, name) when
  * that claim no longer waits (see PostgresReleaseWatch); claim ids never contain ':'.
  */
@@ -138,6 +148,15 @@ export function postgresStatements(tablePrefix: string, schema: string | undefin
     DELETE FROM ${W} w USING now
      WHERE w.kind = '${kind}' AND w.name = $1
        AND ((w.id = $2 AND EXISTS (SELECT 1 FROM granted)) OR (w.id <> $2 AND w.expires_at <= now.t)))`;
+
+  // A claim's own waiter row: a live one is refreshed in place (`refreshed`, keeping its seq, so its place), else
+  // one is written. A row of the claim that expired (its process frozen past the row's lease) but that no statement
+  // has deleted yet is written anew with a new seq: it left the queue at its expiry, and taking its old seq back
+  // would put it ahead of the waiters that stayed. (An identity column can be updated only to DEFAULT, i.e. to its
+  // next value.)
+  const requeue = `ON CONFLICT (kind, name, id) DO UPDATE
+       SET seq = DEFAULT, expires_at = excluded.expires_at, channel = excluded.channel
+     WHERE w.expires_at <= clock_timestamp()`;
 
   // Observers of a lock name (watch, watchChanges, elections' observers) are rows of kind 'o' in the waiters table,
   // one per service, naming its channel; a statement that changes the holder tells each of them, payload 'c:<name>'
@@ -190,12 +209,18 @@ export function postgresStatements(tablePrefix: string, schema: string | undefin
      WHERE l.expires_at <= clock_timestamp() AND ${inTime('$8')}
     RETURNING l.slot, l.token),
   ${dequeued('s')},
+  refreshed AS (
+    UPDATE ${W} w SET expires_at = now.t + ${ms('$5')}, channel = $6::text FROM now
+     WHERE w.kind = 's' AND w.name = $1 AND w.id = $2 AND w.expires_at > now.t
+       AND $5::float8 > 0 AND NOT EXISTS (SELECT 1 FROM granted) AND NOT EXISTS (SELECT 1 FROM stored)
+       AND ${inTime('$8')}
+    RETURNING w.seq),
   queued AS (
     INSERT INTO ${W} AS w (kind, name, id, permits, channel, expires_at)
     SELECT 's', $1, $2, $7::int, $6::text, now.t + ${ms('$5')} FROM now
      WHERE $5::float8 > 0 AND NOT EXISTS (SELECT 1 FROM granted) AND NOT EXISTS (SELECT 1 FROM stored)
-       AND ${inTime('$8')}
-    ON CONFLICT (kind, name, id) DO UPDATE SET expires_at = excluded.expires_at, channel = excluded.channel
+       AND NOT EXISTS (SELECT 1 FROM refreshed) AND ${inTime('$8')}
+    ${requeue}
     RETURNING w.seq),
   unmarked AS (
     SELECT h.slot FROM held h
@@ -218,7 +243,7 @@ SELECT (SELECT g.slot::text FROM granted g) AS slot,
        ((EXISTS (SELECT 1 FROM pick) AND NOT EXISTS (SELECT 1 FROM granted))
          OR (SELECT count(*) FROM marked) < (SELECT count(*) FROM unmarked))::text AS again,
        (SELECT a.n FROM ahead a)::text AS ahead,
-       (SELECT count(*) FROM queued)::text AS queued,
+       ((SELECT count(*) FROM refreshed) + (SELECT count(*) FROM queued))::text AS queued,
        (SELECT count(*) FROM told)::text AS told`;
   // ON CONFLICT ... DO UPDATE ... WHERE false locks the existing row without writing a new version of it.
   const createPermitFunction = `CREATE OR REPLACE FUNCTION ${permitFunction}(
@@ -237,7 +262,8 @@ $dlock$`;
   // Free = no live lease and no live waiter ahead: then the token row is bumped (token = counter + 1, written in
   // this statement with the grant) and the lease row inserted, or an expired one taken over; the takeover's
   // WHERE is evaluated on the latest row version, so of two racing grants one wins and the other, refused, has
-  // only spent a token. Otherwise the claim's waiter row is written (or its expiry refreshed, keeping its place).
+  // only spent a token. Otherwise the claim's waiter row is written (or its expiry refreshed, keeping its place while it is live:
+  // see `requeue`).
   // A first-in-line waiter behind a live holder writes itself into the lease row (next_waiter): a release that
   // deletes that row waits for this statement and reads its newest version, so the wake-up cannot slip between
   // the two; had the release come first, the update finds no row and the caller looks again at once (`again`).
@@ -265,11 +291,17 @@ $dlock$`;
   free AS (SELECT 1 AS ok WHERE NOT EXISTS (SELECT 1 FROM live) AND (SELECT n FROM ahead) = 0),
   ${lockGrant},
   ${dequeued('l')},
+  refreshed AS (
+    UPDATE ${W} w SET expires_at = now.t + ${ms('$5')}, channel = $6::text FROM now
+     WHERE w.kind = 'l' AND w.name = $1 AND w.id = $2 AND w.expires_at > now.t
+       AND $5::float8 > 0 AND NOT EXISTS (SELECT 1 FROM granted) AND ${inTime('$7')}
+    RETURNING w.seq),
   queued AS (
     INSERT INTO ${W} AS w (kind, name, id, channel, expires_at)
     SELECT 'l', $1, $2, $6::text, now.t + ${ms('$5')} FROM now
-     WHERE $5::float8 > 0 AND NOT EXISTS (SELECT 1 FROM granted) AND ${inTime('$7')}
-    ON CONFLICT (kind, name, id) DO UPDATE SET expires_at = excluded.expires_at, channel = excluded.channel
+     WHERE $5::float8 > 0 AND NOT EXISTS (SELECT 1 FROM granted) AND NOT EXISTS (SELECT 1 FROM refreshed)
+       AND ${inTime('$7')}
+    ${requeue}
     RETURNING w.seq),
   unmarked AS (
     SELECT 1 AS due FROM live
@@ -285,7 +317,7 @@ SELECT (SELECT g.token::text FROM granted g) AS token,
        ((EXISTS (SELECT 1 FROM free) AND NOT EXISTS (SELECT 1 FROM granted))
          OR (EXISTS (SELECT 1 FROM unmarked) AND NOT EXISTS (SELECT 1 FROM marked)))::text AS again,
        (SELECT n FROM ahead)::text AS ahead,
-       (SELECT count(*) FROM queued)::text AS queued,
+       ((SELECT count(*) FROM refreshed) + (SELECT count(*) FROM queued))::text AS queued,
        (SELECT count(*) FROM observers)::text AS observers`;
 
   // The same call for a claim that does not queue ($5 = 0: tryAcquire, one attempt): what lockQuery does with
@@ -309,7 +341,8 @@ SELECT (SELECT g.token::text FROM granted g) AS token,
        '0'::text AS queued,
        (SELECT count(*) FROM observers)::text AS observers`;
 
-  // Release ($1 kind, $2 name, $3 slot, $4 owner, $5 token), the body of the release function: deletes the row if
+  // Release ($1 kind, $2 name, $3 slot, $4 owner, $5 token; $6 the bound, checked before it by the release
+  // function), the body of the release function: deletes the row if
   // the owner and token match (an expired row of ours too, reported as not released), and wakes the first live
   // waiter of the name with one notice to its service's channel, plus the waiter the row names (see lockQuery) if
   // that is another one; a lock's observers are told.
@@ -332,7 +365,7 @@ SELECT (SELECT g.token::text FROM granted g) AS token,
      WHERE n.channel IS NOT NULL),
   ${tellObservers('$2', `$1 = 'l' AND EXISTS (SELECT 1 FROM gone)`)}
 SELECT coalesce((SELECT live FROM gone), false)::text AS released, (SELECT count(*) FROM told)::text AS told,
-       (SELECT count(*) FROM observers)::text AS observers`;
+       (SELECT count(*) FROM observers)::text AS observers, NULL::text AS late`;
 
   // The lock and release statements run inside PL/pgSQL functions, one query per call (the lock function picks
   // lockQuery or tryLockQuery by $5), so each server connection plans them once and reuses the plan (PL/pgSQL
@@ -340,7 +373,9 @@ SELECT coalesce((SELECT live FROM gone), false)::text AS released, (SELECT count
   // the same single statement as before: one snapshot, taken when it starts, for all its CTEs. Nothing is kept
   // between calls but the plan, so a transaction-pooling proxy may still run each call on another connection.
   // ensureSchema replaces the functions on every run, so a schema made by an older version gets this version's
-  // bodies (their signatures and result columns must not change; a change needs a new function name).
+  // bodies (their result columns must not change for a signature; a new signature is a new function, beside the
+  // old one: the release's sixth argument, its bound, came that way, and older versions still call the five-argument
+  // one a schema made by them keeps).
   const plpgsql = (fn: string, args: string, result: string, body: string): string =>
     `CREATE OR REPLACE FUNCTION ${fn}(${args})
 RETURNS TABLE (${result})
@@ -363,13 +398,23 @@ $dlock$`;
   );
   const createReleaseFunction = plpgsql(
     releaseFunction,
-    'text, text, integer, text, bigint',
-    'released text, told text, observers text',
+    'text, text, integer, text, bigint, float8',
+    'released text, told text, observers text, late text',
     // The release's commit does not wait for its WAL flush (for this transaction only): a server crash right after
     // can undo a release, and the lease then runs out at its TTL, as if its holder had crashed. No token is
     // involved, and every grant's commit does wait for its flush, which flushes each release before it too, so
     // no grant can rest on a release that was lost.
+    // $6 is the statement's bound, as an acquire's: the row is locked first (an outside lock only on the row would
+    // not make the DELETE look at its WHERE again after the wait), and a release that got it past the bound deletes
+    // nothing and says `late`.
     `PERFORM set_config('synchronous_commit', 'off', true);
+  PERFORM 1 FROM ${L} l
+   WHERE l.kind = $1::"char" AND l.name = $2 AND l.slot = $3 AND l.owner = $4 AND l.token = $5
+     FOR UPDATE;
+  IF NOT (${inTime('$6')}) THEN
+    RETURN QUERY SELECT 'false'::text, '0'::text, '0'::text, 'true'::text;
+    RETURN;
+  END IF;
   RETURN QUERY ${releaseQuery};`,
   );
 
@@ -441,16 +486,28 @@ END $$`,
 
     // Renewal of many grants, locks and permits alike, in one statement: each row is extended only while its owner
     // and token still hold it and its lease has not run out by the server's clock (an expired lease is never
-    // revived). $1-$6 are parallel arrays; the answer lists the 1-based positions that were renewed.
-    renew: `UPDATE ${L} l SET expires_at = clock_timestamp() + r.ttl * interval '1 millisecond'
-  FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::bigint[], $6::float8[])
-       WITH ORDINALITY AS r(kind, name, slot, owner, token, ttl, i)
- WHERE l.kind = r.kind::"char" AND l.name = r.name AND l.slot = r.slot AND l.owner = r.owner
-   AND l.token = r.token AND l.expires_at > clock_timestamp()
-RETURNING r.i::text AS i`,
+    // revived), and only within the statement's bound ($7, as an acquire's), checked once every row is locked
+    // (see `lateAfter`). $1-$6 are parallel arrays; the answer lists the 1-based positions that were renewed, or
+    // is one row with `late` set when the bound had passed and nothing was renewed.
+    renew: `WITH r AS MATERIALIZED (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::bigint[], $6::float8[])
+           WITH ORDINALITY AS r(kind, name, slot, owner, token, ttl, i)),
+  locked AS (
+    SELECT l.kind, l.name, l.slot, r.ttl, r.i FROM ${L} l JOIN r
+        ON l.kind = r.kind::"char" AND l.name = r.name AND l.slot = r.slot AND l.owner = r.owner
+       AND l.token = r.token
+       FOR UPDATE OF l),
+  ${lateAfter('locked', '$7')},
+  renewed AS (
+    UPDATE ${L} l SET expires_at = clock_timestamp() + k.ttl * interval '1 millisecond' FROM locked k
+     WHERE l.kind = k.kind AND l.name = k.name AND l.slot = k.slot AND l.expires_at > clock_timestamp()
+       AND NOT (SELECT late FROM late)
+    RETURNING k.i)
+SELECT x.i::text AS i, NULL::text AS late FROM renewed x
+UNION ALL SELECT NULL, 'true' FROM late WHERE late`,
 
     // Release of a lock or a permit: one call of the release function (see releaseQuery).
-    release: `SELECT * FROM ${releaseFunction}($1, $2, $3, $4, $5)`,
+    release: `SELECT * FROM ${releaseFunction}($1, $2, $3, $4, $5, $6)`,
 
     // Leave ($1 kind, $2 name, $3 claim id): the owner-checked undo of an attempt that gave up or failed. Deletes
     // its waiter row and any grant made to it, and wakes the next waiter when that freed a slot or moved it up.
@@ -478,15 +535,21 @@ SELECT (SELECT count(*) FROM gone)::text AS gone, (SELECT count(*) FROM told)::t
   FROM (SELECT clock_timestamp() AS t) now
   LEFT JOIN ${L} l ON l.kind = 'l' AND l.name = $1 AND l.slot = 0 AND l.expires_at > now.t`,
 
-    // Owner-checked like a renewal; keeps the token and the expiry ($1 name, $2 owner, $3 token, $4 metadata); tells
-    // the name's observers.
-    updateMetadata: `WITH updated AS (
+    // Owner-checked like a renewal, and bounded like one ($5, see `lateAfter`); keeps the token and the expiry
+    // ($1 name, $2 owner, $3 token, $4 metadata); tells the name's observers.
+    updateMetadata: `WITH locked AS (
+    SELECT 1 FROM ${L} l
+     WHERE l.kind = 'l' AND l.name = $1 AND l.slot = 0 AND l.owner = $2 AND l.token = $3::bigint
+       FOR UPDATE),
+  ${lateAfter('locked', '$5')},
+  updated AS (
     UPDATE ${L} l SET metadata = $4
      WHERE l.kind = 'l' AND l.name = $1 AND l.slot = 0 AND l.owner = $2 AND l.token = $3::bigint
-       AND l.expires_at > clock_timestamp()
+       AND l.expires_at > clock_timestamp() AND NOT (SELECT late FROM late)
     RETURNING 1),
   ${tellObservers('$1', 'EXISTS (SELECT 1 FROM updated)')}
-SELECT (SELECT count(*) FROM updated)::text AS updated, (SELECT count(*) FROM observers)::text AS observers`,
+SELECT (SELECT count(*) FROM updated)::text AS updated, (SELECT count(*) FROM observers)::text AS observers,
+       (SELECT late FROM late)::text AS late`,
 
     // Free slots of a semaphore ($1 name, $2 limit), or the limit its live holders and waiters were stored with.
     availablePermits: `WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),

@@ -123,7 +123,7 @@ describe('what a release commits', () => {
         await connection.query('BEGIN');
         // A release of nothing (no such owner) still runs the function's body.
         await connection.query(
-          `SELECT * FROM "${tables.name}".dlock_release('l', 'nobody-here', 0, 'nobody', 1)`,
+          `SELECT * FROM "${tables.name}".dlock_release('l', 'nobody-here', 0, 'nobody', 1, 3000)`,
         );
         const inside = await connection.query("SELECT current_setting('synchronous_commit') AS s");
         await connection.query('COMMIT');

@@ -1,0 +1,155 @@
+import type { AcquireResult, Grant, Lease } from '@dlock/core';
+import { PostgresLockService } from '@dlock/postgres';
+import type pg from 'pg';
+import { describe, expect, it } from 'vitest';
+import { newPool, usePrivateSchema } from './helpers.js';
+
+// Writes that stalled past their caller's bound, on the real server: a renewal, a release or a metadata update
+// (locks, permits and elections alike) held up on a row lock or in the pool's queue must write nothing once it
+// runs, as an acquire does. A renewal that lands after its holder was told the lease was lost keeps the lock held
+// by nobody for another TTL.
+const pool = newPool(10);
+const tables = usePrivateSchema(pool, 'dlock_pg_late');
+
+const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+const signal = new AbortController().signal;
+const REQUEST_TIMEOUT_MS = 300;
+const TTL_MS = 2_000;
+
+function granted(result: AcquireResult): Grant {
+  if (!result.acquired) throw new Error('not acquired');
+  return result.grant;
+}
+
+async function acquired(service: PostgresLockService, kind: 'l' | 's', name: string): Promise<Lease> {
+  const request = { name, ownerId: 'o', ttlMs: TTL_MS, waitMs: 0, signal, metadata: 'v1' };
+  const grant = granted(
+    kind === 'l' ? await service.acquire(request) : await service.acquirePermit({ ...request, permits: 2 }),
+  );
+  return {
+    name,
+    ownerId: 'o',
+    ownershipToken: grant.ownershipToken,
+    fencingToken: grant.fencingToken,
+    ...(grant.slot === undefined ? {} : { slot: grant.slot }),
+  };
+}
+
+/** The lease row as the server sees it now: ms left and metadata, or undefined when gone. */
+async function leaseRow(lease: Lease): Promise<{ ms: number; metadata: string | null } | undefined> {
+  const result = await pool.query<{ ms: number; metadata: string | null }>(
+    `SELECT (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::int AS ms, metadata
+       FROM "${tables.name}".dlock_leases WHERE name = $1 AND owner = $2`,
+    [lease.name, lease.ownershipToken],
+  );
+  return result.rows[0];
+}
+
+/** Holds the lease row locked (FOR UPDATE) from an outside transaction until `end()`. */
+async function rowLock(lease: Lease): Promise<{ end(): Promise<void> }> {
+  const client = await pool.connect();
+  await client.query('BEGIN');
+  await client.query(
+    `SELECT 1 FROM "${tables.name}".dlock_leases WHERE name = $1 AND owner = $2 FOR UPDATE`,
+    [lease.name, lease.ownershipToken],
+  );
+  return {
+    end: async () => {
+      await client.query('COMMIT');
+      client.release();
+    },
+  };
+}
+
+type Write = 'renew' | 'release' | 'updateMetadata';
+const cases: [Write, 'l' | 's'][] = [
+  ['renew', 'l'],
+  ['renew', 's'],
+  ['release', 'l'],
+  ['release', 's'],
+  ['updateMetadata', 'l'],
+];
+
+function write(service: PostgresLockService, what: Write, lease: Lease): Promise<unknown> {
+  if (what === 'renew') return service.renewMany([{ lease, ttlMs: 30_000 }]);
+  if (what === 'release') return service.release(lease);
+  return service.updateMetadata(lease, 'late');
+}
+
+/** The row is as the grant left it: not extended, not deleted, its metadata not replaced. */
+function expectUntouched(row: { ms: number; metadata: string | null } | undefined): void {
+  expect(row).toBeDefined();
+  expect(row?.ms).toBeLessThanOrEqual(TTL_MS);
+  expect(row?.metadata).toBe('v1');
+}
+
+describe('a write that stalled past its bound writes nothing once it runs', () => {
+  it.each(cases)('%s (kind %s) held up on a row lock', async (what, kind) => {
+    const service = new PostgresLockService({
+      pool,
+      schema: tables.name,
+      listen: false,
+      requestTimeoutMs: REQUEST_TIMEOUT_MS,
+    });
+    const lease = await acquired(service, kind, `row-lock-${what}-${kind}`);
+    const lock = await rowLock(lease);
+    const started = performance.now();
+    const call = write(service, what, lease).then(
+      () => 'ok',
+      (error: { code?: string }) => error.code,
+    );
+    expect(await call).toBe('TRANSPORT');
+    // Past the statement's bound, before pg gives its connection up (twice the bound): the statement runs now.
+    await sleep(Math.max(0, 1.5 * REQUEST_TIMEOUT_MS - (performance.now() - started)));
+    await lock.end();
+    await sleep(200);
+    expectUntouched(await leaseRow(lease));
+    await service.release(lease);
+    await service.close();
+  });
+
+  it.each(cases)('%s (kind %s) held up in the pool queue', async (what, kind) => {
+    const small: pg.Pool = newPool(2);
+    const service = new PostgresLockService({
+      pool: small,
+      schema: tables.name,
+      listen: false,
+      requestTimeoutMs: REQUEST_TIMEOUT_MS,
+    });
+    try {
+      const lease = await acquired(service, kind, `pool-queue-${what}-${kind}`);
+      const taken = [await small.connect(), await small.connect()];
+      const call = write(service, what, lease).then(
+        () => 'ok',
+        (error: { code?: string }) => error.code,
+      );
+      expect(await call).toBe('TRANSPORT');
+      for (const connection of taken) connection.release();
+      for (let i = 0; i < 100 && !(small.waitingCount === 0 && small.idleCount === small.totalCount); i++) {
+        await sleep(20);
+      }
+      expectUntouched(await leaseRow(lease));
+      await service.release(lease);
+    } finally {
+      await service.close();
+      await small.end();
+    }
+  });
+
+  it('a renewal that answers within its bound still extends, and says which leases it renewed', async () => {
+    const service = new PostgresLockService({ pool, schema: tables.name, listen: false });
+    const lease = await acquired(service, 'l', 'renew-in-time');
+    const gone = { ...lease, ownershipToken: 'x'.repeat(22) };
+    expect(
+      await service.renewMany([
+        { lease, ttlMs: 30_000 },
+        { lease: gone, ttlMs: 30_000 },
+      ]),
+    ).toEqual([{ renewed: true }, { renewed: false }]);
+    expect((await leaseRow(lease))?.ms).toBeGreaterThan(TTL_MS);
+    expect(await service.updateMetadata(lease, 'v2')).toBe(true);
+    expect(await service.release(lease)).toBe(true);
+    expect(await service.release(lease)).toBe(false);
+    await service.close();
+  });
+});
