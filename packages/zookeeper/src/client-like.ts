@@ -18,6 +18,18 @@ export interface ZooKeeperStatLike {
   readonly dataLength?: number;
   /** The zxid of the last change to the node's children. */
   readonly pzxid?: Buffer;
+  /**
+   * The node's data version: a lock parent is deleted by a try only at the version it was seen with, so that data
+   * written since is not lost. A client whose stats lack it never has a parent it did not make deleted by a try.
+   */
+  readonly version?: number;
+}
+
+/** One entry of a node's ACL, as node-zookeeper-client's `ACL` has it. */
+export interface ZooKeeperAclLike {
+  /** The permission bits (`Permission.ALL` is 31). */
+  readonly permission: number;
+  readonly id: { readonly scheme: string; readonly id: string };
 }
 
 /** The client's state objects (`State.SYNC_CONNECTED` …); only `code` is read. */
@@ -54,6 +66,11 @@ export interface ZooKeeperTransactionLike {
   create?(path: string, data: Buffer, mode: number): ZooKeeperTransactionLike;
   /** Adds a delete of `path` (at `version`, when given). Needed only by semaphores, as `create` is. */
   remove?(path: string, version?: number): ZooKeeperTransactionLike;
+  /**
+   * Adds a write of `path`'s data (at `version`, when given). Optional: without it (or `create`, `remove`), a try
+   * that does not wait queues its node the ordinary way (see the README's *A caller that does not wait*).
+   */
+  setData?(path: string, data: Buffer, version?: number): ZooKeeperTransactionLike;
   /** Sends the operations as one atomic `multi`; `results` holds one entry per operation, in order. */
   commit(
     callback: (error: Error | null | undefined, results?: readonly ZooKeeperOpResultLike[]) => void,
@@ -102,6 +119,18 @@ export interface ZooKeeperClientLike {
    * then rejects with an `UnsupportedError`.
    */
   setData?(path: string, data: Buffer, version: number, callback: ZooKeeperCallback<unknown>): void;
+  /**
+   * Reads a node's ACL and stat. Optional: a try that does not wait reads it once for a lock parent it did not
+   * make, and without it queues the ordinary way in such a parent (see the README's *A caller that does not wait*).
+   */
+  getACL?(
+    path: string,
+    callback: (
+      error: Error | null | undefined,
+      acls: readonly ZooKeeperAclLike[] | undefined,
+      stat: ZooKeeperStatLike | undefined,
+    ) => void,
+  ): void;
   /** Lists the names of a node's children. */
   getChildren(path: string, callback: ZooKeeperCallback<string[]>): void;
   /** Lists the names of a node's children and leaves `watcher` on the list (called when a child comes or goes). */

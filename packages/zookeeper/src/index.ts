@@ -1,4 +1,5 @@
 export type {
+  ZooKeeperAclLike,
   ZooKeeperCallback,
   ZooKeeperClientLike,
   ZooKeeperOpResultLike,

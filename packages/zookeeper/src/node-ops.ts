@@ -1,5 +1,5 @@
 import { TransportError } from '@dlock/core';
-import { CREATE_MODE } from './client-like.js';
+import { CREATE_MODE, type ZooKeeperAclLike } from './client-like.js';
 import { ZK_ERROR, zkErrorCode } from './errors.js';
 import type { Session, SessionNodes } from './zookeeper-session.js';
 
@@ -32,6 +32,41 @@ export async function childrenOf(
   } catch (error) {
     if (zkErrorCode(error) === ZK_ERROR.NO_NODE) return undefined;
     throw error;
+  }
+}
+
+/** ZooKeeper's `Permission.ALL`. */
+const ALL_PERMISSIONS = 31;
+
+/** The open ACL (world:anyone, every permission), which every node dlock creates gets. */
+export function isOpenAcl(acls: readonly ZooKeeperAclLike[]): boolean {
+  const [only] = acls;
+  return (
+    acls.length === 1 &&
+    only?.permission === ALL_PERMISSIONS &&
+    only.id.scheme === 'world' &&
+    only.id.id === 'anyone'
+  );
+}
+
+/**
+ * Deletes an idle lock parent only if it is as dlock makes it, read first: no data, and the open ACL when the
+ * client can read ACLs. At the version read, so that data written since refuses the delete; NotEmpty (someone
+ * queued since) and NoNode (someone else deleted it) are fine.
+ */
+export async function removePlainParent(session: Session, parent: string): Promise<void> {
+  const read =
+    typeof session.client.getACL === 'function'
+      ? await session.getACL(parent)
+      : await session.exists(parent).then((stat) => (stat ? { acls: undefined, stat } : null));
+  if (read === null || read.stat.dataLength !== 0) return;
+  if (read.acls !== undefined && !isOpenAcl(read.acls)) return;
+  try {
+    await session.remove(parent, read.stat.version ?? -1);
+  } catch (error) {
+    const code = zkErrorCode(error);
+    if (code !== ZK_ERROR.NOT_EMPTY && code !== ZK_ERROR.NO_NODE && code !== ZK_ERROR.BAD_VERSION)
+      throw error;
   }
 }
 

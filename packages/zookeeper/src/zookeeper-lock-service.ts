@@ -24,6 +24,7 @@ import { lockParentPath, semaphoresRootPath } from './keys.js';
 import { Leftovers } from './leftovers.js';
 import { readLockInfo } from './lock-info.js';
 import { NodeCleanup } from './node-cleanup.js';
+import { removePlainParent } from './node-ops.js';
 import { resolveOptions, type ZooKeeperLockServiceOptions } from './options.js';
 import { ParentSweep } from './parent-sweep.js';
 import { readPermitsInfo } from './permit-info.js';
@@ -397,8 +398,8 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
   #removeIdleParents(now: number): void {
     const session = this.#sessions.current;
     for (const parent of this.#parents.takeDue(now)) {
-      // NotEmpty (another process queues there) and NoNode (someone else deleted it) are both fine.
-      if (session) session.remove(parent).catch(noop);
+      // Only one as dlock makes it: a parent with data or another ACL is someone else's to keep.
+      if (session) removePlainParent(session, parent).catch(noop);
     }
   }
 
@@ -429,7 +430,7 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
     const idleSemaphores = this.#semaphoreUse.takeDue(Number.POSITIVE_INFINITY);
     if (session?.owned) {
       await Promise.allSettled([
-        ...idle.map((path) => session.remove(path)),
+        ...idle.map((path) => removePlainParent(session, path)),
         ...idleSemaphores.map((path) => removeIdleSemaphore(session, path)),
       ]);
       this.#sessions.end(session, 'the lock service was closed');
@@ -441,7 +442,7 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
       const sweeper = session && this.#sessions.sweeperFor(session.id);
       if (sweeper) {
         await Promise.allSettled([
-          ...idle.map((path) => sweeper.remove(path)),
+          ...idle.map((path) => removePlainParent(sweeper, path)),
           ...idleSemaphores.map((path) => removeIdleSemaphore(sweeper, path)),
         ]);
       }

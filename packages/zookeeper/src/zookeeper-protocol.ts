@@ -24,7 +24,7 @@ import { type GrantRecord, Grants } from './grants.js';
 import type { ParentUse } from './housekeeping.js';
 import { attemptPrefix, isNodeOfAttempt, lockParentPath, queueOrder } from './keys.js';
 import { encodeNodeData, QueueNodeData } from './node-data.js';
-import { childrenOf, createLockParent, EMPTY, nodesAt, removeNode } from './node-ops.js';
+import { childrenOf, createLockParent, EMPTY, isOpenAcl, nodesAt, removeNode } from './node-ops.js';
 import { predecessorGone, Waits } from './waits.js';
 import {
   isConnectionLoss,
@@ -58,6 +58,17 @@ const noop = (): void => {};
 
 /** Tries of a caller that does not wait before it queues its node the ordinary way (see `#tryAlone`). */
 const ALONE_ROUNDS = 4;
+/** Plain parents remembered beyond those in use before the ones no longer in use are forgotten. */
+const PLAIN_PARENTS_KEPT = 1_000;
+/**
+ * The data version of a lock parent a try made: created and written once (empty) in the same multi. A try deletes a
+ * parent it knows nothing of at this version only, so one made by someone else (with data or another ACL, at
+ * version 0) or written since (setData) is read first. node-zookeeper-client sends version 0 as -1 (any version).
+ */
+const MADE_VERSION = 1;
+
+/** What a lock parent's ACL read showed: no node, one a try may delete (at this version), or one it must not. */
+type ParentLook = 'missing' | 'foreign' | { readonly version: number };
 
 /**
  * ZooKeeper's lock recipe as core's queue driver. A contender creates an ephemeral sequential node under the lock's
@@ -74,8 +85,13 @@ export class ZooKeeperProtocol implements QueueDriver<Claim, Wait> {
   readonly #attempts = new AttemptIds();
   readonly #tokens = new FencingTokens({ nodes: 'queue', warn: true });
   readonly #nodeData = new QueueNodeData();
-  /** Per client: whether its transactions can create and delete (a caller's wrapped client might not). */
+  /** Per client: whether its transactions can create, delete and write data (a caller's wrapped client might not). */
   readonly #multiWrites = new WeakMap<object, boolean>();
+  /**
+   * Lock parents read with no data and the open ACL, as dlock creates them, at a version other than MADE_VERSION
+   * and 0: their version then. A try deletes and re-creates such a parent at that version, any other at MADE_VERSION.
+   */
+  readonly #plainParents = new Map<string, number>();
 
   constructor(deps: ZooKeeperProtocolDeps) {
     this.#deps = deps;
@@ -233,12 +249,36 @@ export class ZooKeeperProtocol implements QueueDriver<Claim, Wait> {
       mode: CREATE_MODE.EPHEMERAL_SEQUENTIAL,
     };
     const makeParent: MultiOp = { op: 'create', path: parent, data: EMPTY, mode: CREATE_MODE.PERSISTENT };
+    // Leaves the new parent at MADE_VERSION, which no parent made with data or another ACL has.
+    const stampParent: MultiOp = { op: 'setData', path: parent, data: EMPTY };
     // No parent yet (a new name, or one swept when idle): nobody holds it, and making it is the check.
     let missing = false;
+    // Whether the parent's ACL and stat must be read before the next multi: it was not at the version guessed.
+    let read = false;
     for (let round = 0; round < ALONE_ROUNDS; round++) {
-      const ops: readonly MultiOp[] = missing
-        ? [makeParent, node]
-        : [{ op: 'remove', path: parent }, makeParent, node];
+      let version: number | undefined;
+      if (read && !missing) {
+        read = false;
+        const look = await this.#lookAtParent(session, parent);
+        if (look === 'foreign') return undefined;
+        if (look === 'missing') missing = true;
+        else version = look.version;
+      } else if (!missing) {
+        // A parent a try made is at MADE_VERSION; one with data or an ACL it did not give is not (see README).
+        version = this.#plainParents.get(parent) ?? MADE_VERSION;
+      }
+      // At the version expected or seen: any other (data written, a parent made by someone else) refuses the delete
+      // with BadVersion, and nothing is lost. A parent read plain at version 0 (made by the ordinary create, or by
+      // an older dlock) is deleted at any version: only data written in the one round trip since the read is lost.
+      const ops: readonly MultiOp[] =
+        version === undefined
+          ? [makeParent, stampParent, node]
+          : [
+              { op: 'remove', path: parent, version: version > 0 ? version : -1 },
+              makeParent,
+              stampParent,
+              node,
+            ];
       const made = session.multi(ops, (late) => {
         // Committed after the call gave up on it: an orphan holding the lock, unless deleted.
         const path = late.ok ? late.paths[ops.length - 1] : undefined;
@@ -262,6 +302,8 @@ export class ZooKeeperProtocol implements QueueDriver<Claim, Wait> {
         return this.#found(claim, session, found, children);
       }
       if (outcome.ok) {
+        // The parent is the one this multi made: empty, open, at MADE_VERSION.
+        this.#plainParents.delete(parent);
         const path = outcome.paths[ops.length - 1];
         if (path === undefined) {
           throw new TransportError(`ZooKeeper multi on ${parent} did not name the node it made`);
@@ -295,7 +337,17 @@ export class ZooKeeperProtocol implements QueueDriver<Claim, Wait> {
         continue; // the lock was freed since: try again
       }
       if (outcome.failed === 0 && outcome.code === ZK_ERROR.NO_NODE) {
+        this.#plainParents.delete(parent);
         missing = true;
+        continue;
+      }
+      if (outcome.failed === 0 && outcome.code === ZK_ERROR.BAD_VERSION) {
+        this.#plainParents.delete(parent);
+        const last = queueOrder(children ?? []).at(-1);
+        // Held or waited for: nothing was written, and there is nothing to take, so no need to read the parent.
+        if (last !== undefined) return { kind: 'behind', wait: { predecessor: `${parent}/${last}` } };
+        // Not at the version expected: read before deleting it, which only a parent with no data and dlock's ACL is.
+        read = true;
         continue;
       }
       throw new TransportError(`ZooKeeper refused the try on ${parent} (error ${String(outcome.code)})`);
@@ -313,12 +365,42 @@ export class ZooKeeperProtocol implements QueueDriver<Claim, Wait> {
     return this.#standing(claim, session, children);
   }
 
-  /** Whether the client's transactions can create and delete; probed once per client, with no request sent. */
+  /**
+   * Reads a lock parent's ACL and stat (one request, when the parent was not at the version expected): a try
+   * deletes and re-creates only a parent with no data and the open ACL dlock gives its nodes, or those would be
+   * lost. Foreign too when the client cannot read ACLs or the stat has no version: the ordinary create leaves the
+   * parent alone. Remembered only at a version other than MADE_VERSION, which a try expects of one it does not know.
+   */
+  async #lookAtParent(session: Session, parent: string): Promise<ParentLook> {
+    if (typeof session.client.getACL !== 'function') return 'foreign';
+    const read = await session.getACL(parent);
+    if (read === null) return 'missing';
+    const { acls, stat } = read;
+    if (!isOpenAcl(acls) || stat.dataLength !== 0 || stat.version === undefined) return 'foreign';
+    // Not at 0, which a transaction cannot name: such a parent is read again before each delete.
+    if (stat.version !== MADE_VERSION && stat.version > 0) this.#rememberPlain(parent, stat.version);
+    return { version: stat.version };
+  }
+
+  #rememberPlain(parent: string, version: number): void {
+    this.#plainParents.delete(parent); // re-inserted last: the oldest entries are the first forgotten
+    this.#plainParents.set(parent, version);
+    if (this.#plainParents.size <= PLAIN_PARENTS_KEPT) return;
+    for (const known of this.#plainParents.keys()) {
+      if (this.#plainParents.size <= PLAIN_PARENTS_KEPT) break;
+      if (!this.#deps.parents.knows(known)) this.#plainParents.delete(known);
+    }
+  }
+
+  /** Whether the client's transactions can create, delete and write data; probed once per client, sending nothing. */
   #canMultiWrite(client: ZooKeeperClientLike): boolean {
     let can = this.#multiWrites.get(client);
     if (can === undefined) {
       const transaction = client.transaction();
-      can = typeof transaction.create === 'function' && typeof transaction.remove === 'function';
+      can =
+        typeof transaction.create === 'function' &&
+        typeof transaction.remove === 'function' &&
+        typeof transaction.setData === 'function';
       this.#multiWrites.set(client, can);
     }
     return can;

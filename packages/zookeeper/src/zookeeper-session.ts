@@ -2,6 +2,7 @@ import { type Clock, TransportError, UnsupportedError } from '@dlock/core';
 import { boundedCall, type CallDeadlines } from '@dlock/core/adapter';
 import {
   replyZxid,
+  type ZooKeeperAclLike,
   type ZooKeeperClientLike,
   type ZooKeeperOpResultLike,
   type ZooKeeperStatLike,
@@ -41,7 +42,8 @@ export type CheckOutcome =
 /** One operation of a {@link Session.multi} transaction. */
 export type MultiOp =
   | { readonly op: 'create'; readonly path: string; readonly data: Buffer; readonly mode: number }
-  | { readonly op: 'remove'; readonly path: string }
+  | { readonly op: 'remove'; readonly path: string; readonly version?: number }
+  | { readonly op: 'setData'; readonly path: string; readonly data: Buffer }
   | { readonly op: 'check'; readonly path: string };
 
 /**
@@ -59,6 +61,12 @@ const RUNTIME_INCONSISTENCY = -2;
 type Done<T> = (error: unknown, value: T) => void;
 /** What the client answered: a value, or its error and that error's ZooKeeper code. */
 type Answer<T> = { readonly value: T } | { readonly error: unknown; readonly code: number | undefined };
+
+/** A node's ACL as `getACL` answers it. */
+export interface NodeAcl {
+  readonly acls: readonly ZooKeeperAclLike[];
+  readonly stat: ZooKeeperStatLike;
+}
 
 /** A node as `getData` answers it. */
 export interface NodeRead {
@@ -249,9 +257,10 @@ export class Session {
     );
   }
 
-  remove(path: string): Promise<void> {
+  /** Deletes a node at `version` (-1, the default: any version). */
+  remove(path: string, version = -1): Promise<void> {
     return this.request<void>('delete', path, (done) =>
-      this.client.remove(path, -1, (error) => done(error, undefined)),
+      this.client.remove(path, version, (error) => done(error, undefined)),
     );
   }
 
@@ -260,6 +269,22 @@ export class Session {
       if (watcher) this.client.exists(path, watcher, done);
       else this.client.exists(path, done);
     });
+  }
+
+  /** A node's ACL and stat; null when it does not exist. Only called when the client has `getACL`. */
+  async getACL(path: string): Promise<NodeAcl | null> {
+    const { client } = this;
+    const getACL = client.getACL as NonNullable<typeof client.getACL>;
+    try {
+      return await this.request<NodeAcl | null>('getACL', path, (done) =>
+        getACL.call(client, path, (error, acls, stat) =>
+          done(error, stat ? { acls: acls ?? [], stat } : null),
+        ),
+      );
+    } catch (error) {
+      if (zkErrorCode(error) === ZK_ERROR.NO_NODE) return null;
+      throw error;
+    }
   }
 
   getChildren(path: string, watcher?: ZooKeeperWatcher): Promise<string[]> {
@@ -321,8 +346,10 @@ export class Session {
         const transaction = client.transaction();
         for (const op of ops) {
           if (op.op === 'check') transaction.check(op.path, -1);
+          else if (op.op === 'setData')
+            (transaction.setData as NonNullable<typeof transaction.setData>)(op.path, op.data, -1);
           else if (op.op === 'remove')
-            (transaction.remove as NonNullable<typeof transaction.remove>)(op.path, -1);
+            (transaction.remove as NonNullable<typeof transaction.remove>)(op.path, op.version ?? -1);
           else (transaction.create as NonNullable<typeof transaction.create>)(op.path, op.data, op.mode);
         }
         transaction.commit((error, results) => {

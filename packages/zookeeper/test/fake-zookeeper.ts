@@ -1,4 +1,5 @@
 import type {
+  ZooKeeperAclLike,
   ZooKeeperCallback,
   ZooKeeperClientLike,
   ZooKeeperOpResultLike,
@@ -187,6 +188,7 @@ export class FakeZooKeeper implements ZooKeeperClientLike {
           numChildren: this.children(path).length,
           dataLength: node.data.length,
           pzxid: long(node.pzxid),
+          version: 0, // nothing here writes a lock parent's data
         }
       : null;
   }
@@ -198,6 +200,22 @@ export class FakeZooKeeper implements ZooKeeperClientLike {
       // As on the server: set on a missing node too, and fired by its creation.
       if (watcher) this.#dataWatches.set(path, [...(this.#dataWatches.get(path) ?? []), watcher]);
       callback(null, this.#stat(path));
+    });
+  }
+
+  /** Every node has the open ACL (world:anyone, all permissions), as node-zookeeper-client creates them. */
+  getACL(
+    path: string,
+    callback: (
+      error: Error | null | undefined,
+      acls: readonly ZooKeeperAclLike[] | undefined,
+      stat: ZooKeeperStatLike | undefined,
+    ) => void,
+  ): void {
+    this.#answer(`getACL ${path}`, () => {
+      const stat = this.#stat(path);
+      if (!stat) return callback(error(-101), undefined, undefined);
+      callback(null, [{ permission: 31, id: { scheme: 'world', id: 'anyone' } }], stat);
     });
   }
 
@@ -260,6 +278,10 @@ export class FakeZooKeeper implements ZooKeeperClientLike {
       },
       remove: (path) => {
         ops.push({ type: 'delete', path });
+        return transaction;
+      },
+      setData: (path, data) => {
+        ops.push({ type: 'setData', path, data });
         return transaction;
       },
       commit: (callback) => {
@@ -327,6 +349,13 @@ export class FakeZooKeeper implements ZooKeeperClientLike {
       results.push({ type: 13, err: 0 });
       return 0;
     }
+    if (op.type === 'setData') {
+      const node = this.#nodes.get(op.path);
+      if (!node) return -101;
+      node.data = Buffer.from(op.data ?? Buffer.alloc(0));
+      results.push({ type: 5, err: 0 });
+      return 0;
+    }
     const parentPath = this.#parent(op.path);
     const parent = this.#nodes.get(parentPath);
     if (op.type === 'delete') {
@@ -364,7 +393,7 @@ export class FakeZooKeeper implements ZooKeeperClientLike {
 
 /** One operation of a {@link FakeZooKeeper} transaction. */
 interface TransactionOp {
-  readonly type: 'check' | 'create' | 'delete';
+  readonly type: 'check' | 'create' | 'delete' | 'setData';
   readonly path: string;
   readonly data?: Buffer;
   readonly mode?: number;

@@ -97,7 +97,7 @@ describe('the queue over the ZooKeeper protocol (fake clock)', () => {
     const sent = zk.calls.slice(before);
     expect(sent).toHaveLength(2);
     expect(sent[0]).toMatch(
-      /^multi delete \/locks\/a, create \/locks\/a, create \/locks\/a\/_c_[0-9a-f]{32}-$/,
+      /^multi delete \/locks\/a, create \/locks\/a, setData \/locks\/a, create \/locks\/a\/_c_[0-9a-f]{32}-$/,
     );
     expect(sent[1]).toBe('getChildren /locks/a');
     expect(queue('a')).toEqual([`/locks/a/${held.ownershipToken}`]);

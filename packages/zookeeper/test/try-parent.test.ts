@@ -1,0 +1,223 @@
+import { createRequire } from 'node:module';
+import { LockClient } from '@dlock/core';
+import { uniqueName, ZK_CONNECT } from '@dlock/test-utils';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  lockParentPath,
+  type ZooKeeperAclLike,
+  type ZooKeeperClientLike,
+  ZooKeeperLockService,
+} from '../src/index.js';
+import { childrenOf, connectedClient, countingClient, statOf } from './helpers.js';
+
+// A try that does not wait deletes and re-creates the lock's parent (cd9287b); these check what that must keep.
+
+/** node-zookeeper-client's calls that the adapter's structural type leaves out: ACLs, and data at create. */
+interface RawClient {
+  create(
+    path: string,
+    data: Buffer,
+    acls: readonly object[],
+    mode: number,
+    cb: (error: unknown) => void,
+  ): void;
+  create(path: string, data: Buffer, mode: number, cb: (error: unknown) => void): void;
+  setData(path: string, data: Buffer, version: number, cb: (error: unknown) => void): void;
+  getData(path: string, cb: (error: unknown, data: Buffer | undefined) => void): void;
+  getACL(path: string, cb: (error: unknown, acls: readonly ZooKeeperAclLike[] | undefined) => void): void;
+  setACL(path: string, acls: readonly object[], version: number, cb: (error: unknown) => void): void;
+  close(): void;
+}
+
+interface ZooKeeperAclModule {
+  ACL: new (permission: number, id: object) => object;
+  Id: new (scheme: string, id: string) => object;
+  Permission: { ALL: number; READ: number };
+}
+
+const zk = createRequire(import.meta.url)('node-zookeeper-client') as ZooKeeperAclModule;
+const ROOT = '/dlock-test/try-parent';
+const TTL = 10_000;
+const DATA = Buffer.from('kept by someone else');
+/** Open to all, as dlock needs, and read for one address besides: not the ACL dlock would create. */
+const CUSTOM_ACL = [
+  new zk.ACL(zk.Permission.ALL, new zk.Id('world', 'anyone')),
+  new zk.ACL(zk.Permission.READ, new zk.Id('ip', '10.0.0.1')),
+];
+let like: ZooKeeperClientLike;
+let raw: RawClient;
+const toClose: { close(): unknown }[] = [];
+
+function call(fn: (cb: (error: unknown) => void) => void): Promise<void> {
+  return new Promise((resolve, reject) => fn((error) => (error ? reject(error) : resolve())));
+}
+
+function dataOf(path: string): Promise<Buffer | undefined> {
+  return new Promise((resolve, reject) =>
+    raw.getData(path, (error, data) => (error ? reject(error) : resolve(data))),
+  );
+}
+
+function aclOf(path: string): Promise<{ scheme: string; id: string; permission: number }[]> {
+  return new Promise((resolve, reject) =>
+    raw.getACL(path, (error, acls) =>
+      error
+        ? reject(error)
+        : resolve((acls ?? []).map((a) => ({ scheme: a.id.scheme, id: a.id.id, permission: a.permission }))),
+    ),
+  );
+}
+
+async function makeRoot(): Promise<void> {
+  for (const path of ['/dlock-test', ROOT]) {
+    await call((cb) => raw.create(path, Buffer.alloc(0), 0, cb)).catch(() => undefined);
+  }
+}
+
+beforeAll(async () => {
+  like = await connectedClient(ZK_CONNECT);
+  raw = like as unknown as RawClient;
+  await makeRoot();
+});
+
+afterAll(async () => {
+  for (const item of toClose.splice(0).reverse()) await item.close();
+  raw.close();
+});
+
+function lockClient(): LockClient {
+  const service = new ZooKeeperLockService({ connectionString: ZK_CONNECT, root: ROOT });
+  const client = new LockClient(service);
+  toClose.push(client, service);
+  return client;
+}
+
+describe("a try that does not wait keeps a lock parent's data and ACL", () => {
+  it('keeps the data of a parent created with data, and takes the free lock', async () => {
+    const client = lockClient();
+    const name = uniqueName('created-with-data');
+    const parent = lockParentPath(ROOT, name);
+    await call((cb) => raw.create(parent, DATA, 0, cb));
+    for (let i = 0; i < 3; i++) {
+      const handle = await client.tryAcquire(name, { ttlMs: TTL });
+      expect(handle).not.toBeNull();
+      await handle?.release();
+    }
+    expect(await dataOf(parent)).toEqual(DATA);
+  });
+
+  it('keeps data written to a parent after the service made it (the delete is at the version it saw)', async () => {
+    const client = lockClient();
+    const name = uniqueName('set-data');
+    const parent = lockParentPath(ROOT, name);
+    await (await client.acquire(name, { ttlMs: TTL, waitMs: 0 }))?.release(); // the multi makes the parent
+    await call((cb) => raw.setData(parent, DATA, -1, cb));
+    for (let i = 0; i < 3; i++) {
+      const handle = await client.tryAcquire(name, { ttlMs: TTL });
+      expect(handle).not.toBeNull();
+      await handle?.release();
+    }
+    expect(await dataOf(parent)).toEqual(DATA);
+    expect(await childrenOf(like, parent)).toEqual([]);
+  });
+
+  it('keeps the ACL of a parent created with one other than the open ACL', async () => {
+    const client = lockClient();
+    const name = uniqueName('custom-acl');
+    const parent = lockParentPath(ROOT, name);
+    await call((cb) => raw.create(parent, Buffer.alloc(0), CUSTOM_ACL, 0, cb));
+    const before = await aclOf(parent);
+    expect(before).toHaveLength(2);
+    for (let i = 0; i < 3; i++) {
+      const handle = await client.tryAcquire(name, { ttlMs: TTL });
+      expect(handle).not.toBeNull();
+      await handle?.release();
+    }
+    expect(await aclOf(parent)).toEqual(before);
+  });
+
+  it('keeps an ACL set on a parent a try made once its data was written too (the version moves)', async () => {
+    const client = lockClient();
+    const name = uniqueName('set-acl');
+    const parent = lockParentPath(ROOT, name);
+    await (await client.acquire(name, { ttlMs: TTL, waitMs: 0 }))?.release(); // the multi makes the parent
+    await call((cb) => raw.setACL(parent, CUSTOM_ACL, -1, cb));
+    await call((cb) => raw.setData(parent, Buffer.alloc(0), -1, cb));
+    const before = await aclOf(parent);
+    for (let i = 0; i < 3; i++) {
+      const handle = await client.tryAcquire(name, { ttlMs: TTL });
+      expect(handle).not.toBeNull();
+      await handle?.release();
+    }
+    expect(await aclOf(parent)).toEqual(before);
+  });
+
+  it('close() deletes the idle parents a try used only if they have no data and the open ACL', async () => {
+    const service = new ZooKeeperLockService({ connectionString: ZK_CONNECT, root: ROOT });
+    const client = new LockClient(service);
+    toClose.push(client, service);
+    const names = {
+      data: uniqueName('close-data'),
+      acl: uniqueName('close-acl'),
+      plain: uniqueName('close-plain'),
+    };
+    const withData = lockParentPath(ROOT, names.data);
+    const withAcl = lockParentPath(ROOT, names.acl);
+    await call((cb) => raw.create(withData, DATA, 0, cb));
+    await call((cb) => raw.create(withAcl, Buffer.alloc(0), CUSTOM_ACL, 0, cb));
+    for (const name of Object.values(names)) {
+      const handle = await client.tryAcquire(name, { ttlMs: TTL });
+      expect(handle).not.toBeNull();
+      await handle?.release();
+    }
+    await client.close();
+    await service.close();
+    expect(await dataOf(withData)).toEqual(DATA);
+    expect(await aclOf(withAcl)).toHaveLength(2);
+    expect(await statOf(like, lockParentPath(ROOT, names.plain))).toBeNull();
+  });
+
+  it('a busy try costs 2 requests in one round trip in a parent it has never seen, made by a try or not', async () => {
+    for (const madeBy of ['try', 'create'] as const) {
+      const name = uniqueName(`first-${madeBy}`);
+      const parent = lockParentPath(ROOT, name);
+      if (madeBy === 'create') await call((cb) => raw.create(parent, Buffer.alloc(0), 0, cb));
+      const holder = await lockClient().acquire(name, { ttlMs: TTL, waitMs: 0 });
+      const counted = countingClient(await connectedClient(ZK_CONNECT));
+      const service = new ZooKeeperLockService({ client: counted, root: ROOT });
+      toClose.push(counted, service);
+      const client = new LockClient(service);
+      toClose.push(client);
+      // Another name first: the session is open, and the probe of the client's transaction (counted as a request
+      // by countingClient, though none is sent) is done.
+      await (await client.tryAcquire(uniqueName('warm'), { ttlMs: TTL }))?.release();
+      const before = counted.counts.requests;
+      expect(await client.tryAcquire(name, { ttlMs: TTL })).toBeNull();
+      // The multi (refused: NotEmpty, or BadVersion in a parent at version 0 with a queue) and the listing.
+      expect(counted.counts.requests - before).toBe(2);
+      expect(await childrenOf(like, parent)).toHaveLength(1);
+      await holder.release();
+    }
+  });
+
+  it('still deletes and re-creates a plain parent it did not make: a busy try writes nothing there', async () => {
+    const client = lockClient();
+    const name = uniqueName('plain');
+    const parent = lockParentPath(ROOT, name);
+    await call((cb) => raw.create(parent, Buffer.alloc(0), 0, cb));
+    const holder = await lockClient().acquire(name, { ttlMs: TTL });
+    const stat = await statOf(like, parent);
+    for (let i = 0; i < 3; i++) expect(await client.tryAcquire(name, { ttlMs: TTL })).toBeNull();
+    const after = await statOf(like, parent);
+    // Neither re-created (czxid) nor any child created and deleted under it (pzxid).
+    expect(after?.czxid).toEqual(stat?.czxid);
+    expect(after?.pzxid).toEqual(stat?.pzxid);
+    await holder.release();
+    const czxid = (await statOf(like, parent))?.czxid;
+    const handle = await client.tryAcquire(name, { ttlMs: TTL });
+    expect(handle).not.toBeNull();
+    // Free and plain: taken by the multi, which made the parent anew.
+    expect((await statOf(like, parent))?.czxid).not.toEqual(czxid);
+    await handle?.release();
+  });
+});
