@@ -170,7 +170,8 @@ export class EtcdLockService implements LockService {
   /**
    * Watches the lock's directory for deletes. Creating a watch takes a round trip; so that a release in that
    * window is not missed, the watch starts just after the newest revision this service has seen, if it saw one
-   * within the last second (an older start would replay history for nothing).
+   * within the last second (an older start would replay history for nothing). A watch that restarts (its start
+   * compacted away, its stream reset) may have missed a delete, so it calls `onReleased` too: "may have become free".
    */
   watch(name: string, onReleased: () => void): () => void {
     if (this.#closing.signal.aborted) return () => {};
@@ -178,7 +179,7 @@ export class EtcdLockService implements LockService {
     const startRevision = this.#protocol.recentRevision();
     return this.#watches.watch(
       { key: directory, rangeEnd: prefixRangeEnd(directory), ...(startRevision ? { startRevision } : {}) },
-      { onDeletes: () => onReleased() },
+      { onDeletes: () => onReleased(), onReset: () => onReleased() },
     );
   }
 
