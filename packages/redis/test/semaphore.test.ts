@@ -117,6 +117,44 @@ for (const family of FAMILY_PAIR) {
       expect(await keysOf(name)).toEqual([fence, slots]);
     }, 30_000);
 
+    it("a release's hand-on mints above the holder's token when the fence key was lost under it", async () => {
+      fresh();
+      const { fence } = semaphoreKeys(PREFIX, name);
+      // A counter ahead of the server clock: what tokens look like after the clock stepped back by a day.
+      const ahead = (BigInt(Date.now()) + 86_400_000n) * 1000n;
+      await admin.set(fence, ahead.toString());
+      const holder = await semaphore(1).acquire();
+      expect(holder.fencingToken).toBe(ahead + 1n);
+      const waiting = semaphore(1).acquire({ waitMs: 5_000 });
+      await sleep(100);
+      // The fence key goes while the slot is held (evicted, or outlived by a long-renewed lease).
+      await admin.del(fence);
+      await holder.release();
+      const next = await waiting;
+      expect(next.slot).toBe(holder.slot);
+      expect(next.fencingToken).toBeGreaterThan(holder.fencingToken);
+      await next.release();
+    });
+
+    it('a handed-on holder whose lease runs out unreleased leaves no hand-off mark once its slot is handed again', async () => {
+      fresh();
+      const { waiters } = semaphoreKeys(PREFIX, name);
+      const first = await semaphore(1).acquire();
+      // Handed the slot by first's release, then gone without releasing (a crashed process): its lease runs out.
+      const lapsing = semaphore(1, 300).acquire({ waitMs: 5_000, renew: false });
+      await sleep(100);
+      await first.release();
+      expect((await lapsing).slot).toBe(0);
+      const next = await semaphore(1).acquire({ waitMs: 5_000 });
+      expect(next.slot).toBe(0);
+      // Only the holder's own mark, while it holds (and the hash lives on as long as waiters keep coming).
+      const marks = Object.entries(await admin.hGetAll(waiters)).filter(([, value]) => value === '=0');
+      expect(marks).toHaveLength(1);
+      await next.release();
+      const { slots, fence } = semaphoreKeys(PREFIX, name);
+      expect(await keysOf(name)).toEqual([fence, slots].sort());
+    });
+
     it('an index that lost track (its key deleted) never makes two holders of one slot', async () => {
       fresh();
       const held = [await semaphore(4).acquire(), await semaphore(4).acquire(), await semaphore(4).acquire()];

@@ -9,7 +9,10 @@ import { LUA_CLOCK, LUA_ENTRIES, LUA_MINT, LUA_VALUES, luaSource } from './scrip
  *   KEYS[2] fence   the last token handed out on any slot: the lock scripts' fence key, minted by their `mint`
  *   KEYS[3] queue   list of waiting ownership tokens, oldest first
  *   KEYS[4] waiters hash ownership token -> "<deadline ms> <ttl ms>/<payload bytes> <notify channel><payload>" while
- *                   queued, "=<slot>" once a slot was handed to it (until its release: its grant is flagged q)
+ *                   queued, "=<slot>" once a slot was handed to it (until its release: its grant is flagged q);
+ *                   and "=<slot>" -> the ownership token of that slot's last hand-on (ownership tokens are base64url:
+ *                   never "="), so that the next hand-on of the slot deletes the mark of a holder whose lease ran out
+ *                   unreleased. Stale marks are thus at most one per slot, however long waiters keep the hash alive.
  * and slot i's key, KEYS[1] with "slots" replaced by "slot:<i>": a string valued "<who> <fence> <expiry ms> <flags>
  * <permits><payload>", a held lock key whose metadata is the limit it was granted under and the payload the holder's
  * owner id and metadata, for inspect (0xFF, the owner id, then 0xFF, or 0xFE and the metadata: neither byte occurs in
@@ -37,7 +40,8 @@ import { LUA_CLOCK, LUA_ENTRIES, LUA_MINT, LUA_VALUES, luaSource } from './scrip
  *
  * Tokens: one counter for the whole semaphore, so strictly increasing per slot, minted as lock tokens are
  * (max(last + 1, server clock in µs), the fence key living the lease plus the fence retention past each grant: see
- * `scripts.ts`).
+ * `scripts.ts`). A slot handed on by its holder's release (or leave) also takes max with that holder's token, as a
+ * lock grant does with the lock key's: the fence key may be gone under a live lease.
  *
  * Waiting. A caller queues only when no slot is free (or others wait). A release hands its slot to the oldest live
  * waiter in the same script: the grant is written, then one message "<owner> <fence> <slot>" goes to that waiter's
@@ -63,12 +67,17 @@ local PAYLOAD
 
 -- The next token. The first grant of a script writes the clock's token to the fence key reading the last one
 -- (SET ... GET, as the lock's acquire does); mint then keeps the count from there, and writes again only when the
--- last token was not below the clock or another TTL follows.
-local function token(ttl)
+-- last token was not below the clock or another TTL follows. above: the token of the holder a hand-on follows on
+-- its slot (or nil). The fence key can be gone while that holder still holds (evicted, or outlived by a lease
+-- renewed past its life), and the clock alone may then be behind its token (a clock stepped back, a counter that
+-- ran ahead of it), as the lock scripts take the lock key's token for the same reason.
+local function token(ttl, above)
   if not F then
     local last = redis.call('SET', KEYS[2], num(now_us()), 'PX', num(ttl + RETENTION_MS), 'GET')
     F, FENCE, FENCE_TTL = tonumber(last or '') or 0, now_us(), tonumber(ttl)
   end
+  above = tonumber(above or '')
+  if above and above > F then F = above end
   return mint(ttl)
 end
 
@@ -123,30 +132,42 @@ end
 -- Gives \`slot\` to the oldest waiter still there, telling only that waiter's process; the caller itself (skip) reads
 -- its grant from the reply. The caller has read the slot's key in this script: free, or its own holder's, who lets
 -- go. The grant is written before the message goes, and undone by the next one (or let_go) if nobody heard it.
+-- above: the token of the holder that lets go (nil: none), which the new one's must exceed.
 -- Returns the new holder and its token; or nil, nil, and whether a grant nobody heard was written.
-local function hand_over(slot, skip)
+local function hand_over(slot, skip, above)
   local written = false
+  local mark = '=' .. slot
   while true do
     local head = redis.call('LPOP', KEYS[3])
     if not head then return nil, nil, written end
     local entry = redis.call('HGET', KEYS[4], head)
     local deadline, ttl, channel, payload = entry_of(entry)
     if deadline and tonumber(deadline) > now_ms() then
-      local fence = token(ttl)
+      local fence = token(ttl, above)
       put(slot, head, fence, tonumber(ttl), 'q', payload)
-      redis.call('HSET', KEYS[4], head, '=' .. slot)
+      if not written then
+        -- The slot's last hand-on, if its holder never released or left (its lease ran out): nothing else would
+        -- ever delete its mark, and a hash that waiters keep alive would collect one per such holder.
+        local last = redis.call('HGET', KEYS[4], mark)
+        if last and last ~= head and redis.call('HGET', KEYS[4], last) == mark then
+          redis.call('HDEL', KEYS[4], last)
+        end
+      end
+      redis.call('HSET', KEYS[4], head, mark, mark, head)
       written = true
       if head == skip or publish(channel, head .. ' ' .. fence .. ' ' .. slot) > 0 then return head, fence end
+      redis.call('HDEL', KEYS[4], head, mark)
+    elseif entry then
+      redis.call('HDEL', KEYS[4], head)
     end
-    if entry then redis.call('HDEL', KEYS[4], head) end
   end
 end
 
 -- \`slot\` is let go (released, or its lease ran out; read by the caller as for hand_over): to the oldest live
--- waiter, else free (\`deleted\`: its key is gone already). The index is only updated, never made here: one lost
--- meanwhile is rebuilt whole (see above).
-local function let_go(slot, skip, deleted)
-  local head, fence, written = hand_over(slot, skip)
+-- waiter, else free (\`deleted\`: its key is gone already; \`above\`: the token of the holder that let go, if any).
+-- The index is only updated, never made here: one lost meanwhile is rebuilt whole (see above).
+local function let_go(slot, skip, deleted, above)
+  local head, fence, written = hand_over(slot, skip, above)
   if head then return head, fence end
   if written or not deleted then redis.call('DEL', SLOT .. slot) end
   redis.call('ZADD', KEYS[1], 'XX', 0, slot)
@@ -249,8 +270,13 @@ if ARGV[6] == '1' then
   if handed then
     local who, fence, expiry = holder(handed)
     if who == owner then return {fence, tonumber(handed), expiry - now} end
-    -- Handed a slot whose lease ran out before the claim heard of it: it starts again, at the back.
-    redis.call('HDEL', KEYS[4], owner)
+    -- Handed a slot whose lease ran out before the claim heard of it: it starts again, at the back. The slot's
+    -- back-reference goes too unless a later hand-on owns it now.
+    if redis.call('HGET', KEYS[4], '=' .. handed) == owner then
+      redis.call('HDEL', KEYS[4], owner, '=' .. handed)
+    else
+      redis.call('HDEL', KEYS[4], owner)
+    end
   end
 end
 
@@ -355,14 +381,14 @@ const RELEASE = `
 local value = redis.call('GETDEL', KEYS[5])
 if not value then return 0 end
 local claim = ARGV[1] .. ' '
-local who, _, expiry, flags, rest = parse(value)
+local who, held, expiry, flags, rest = parse(value)
 if not flags or string.sub(value, 1, #claim) ~= claim then
   if expiry then redis.call('SET', KEYS[5], value, 'PXAT', expiry) end
   return 0
 end
-if has(flags, 'q') then redis.call('HDEL', KEYS[4], who) end
+if has(flags, 'q') then redis.call('HDEL', KEYS[4], who, '=' .. ARGV[2]) end
 LIMIT = limit_of(rest)
-let_go(ARGV[2], nil, true)
+let_go(ARGV[2], nil, true, held)
 return 1
 `;
 
@@ -389,11 +415,15 @@ end
 local who, fence, expiry, rest, _
 if slot then who, fence, expiry, _, rest = holder(slot) end
 redis.call('LREM', KEYS[3], 0, owner)
-if entry then redis.call('HDEL', KEYS[4], owner) end
+if entry and slot and who == owner then
+  redis.call('HDEL', KEYS[4], owner, '=' .. slot)
+elseif entry then
+  redis.call('HDEL', KEYS[4], owner)
+end
 if who ~= owner then return 0 end
 if ARGV[2] == '1' then return {fence, tonumber(slot), expiry - now_ms()} end
 LIMIT = limit_of(rest)
-let_go(slot)
+let_go(slot, nil, false, fence)
 return 0
 `;
 
