@@ -679,6 +679,52 @@ function faultSuites(set: NodeSet): void {
     });
   });
 
+  describe('RedlockService: a release while two nodes reconnect', () => {
+    it('is tried again on them within its bound: "released" only once no majority can hold the lock', async () => {
+      // Nodes 0 and 1 through proxies that drop every connection and refuse new ones for 300 ms; node 2 direct.
+      const proxies: TcpProxy[] = await Promise.all(
+        servers.slice(0, 2).map((s) => startTcpProxy({ targetPort: s.port })),
+      );
+      const proxied = await Promise.all(proxies.map((p) => set.connect(`redis://127.0.0.1:${p.port}`)));
+      const redlock = new RedlockService({
+        clients: [...proxied.map((c) => c.client), firstNodes(3)[2]] as RedlockClientLike[],
+        requestTimeoutMs: 2_000,
+      });
+      const locks = new LockClient(redlock, { operationTimeoutMs: 3_000 });
+      const other = new LockClient(service(firstNodes(3)), { operationTimeoutMs: 2_000 });
+      const name = lockName('release-reconnect');
+      const { lock: lockKey } = redlockKeys('dlock:redlock:', name);
+      try {
+        const handle = await locks.acquire(name, { ttlMs: 30_000 });
+        expect(await holders(lockKey)).toBe(3);
+        for (const proxy of proxies) {
+          proxy.mode = 'refuse';
+          proxy.resetAll();
+        }
+        await until(() => proxied.every((c) => !c.ready()), 'proxied clients notice');
+        setTimeout(() => {
+          for (const proxy of proxies) proxy.mode = 'pass';
+        }, 300);
+        const outcome = await handle.release().then(
+          () => 'released',
+          (error: unknown) => error,
+        );
+        // Before the fix: 'released' at once (node 2 deleted its key), while nodes 0 and 1, a majority, kept theirs
+        // for the whole 30 s TTL and nobody could take the lock.
+        expect(outcome).toBe('released');
+        expect(await holders(lockKey)).toBe(0);
+        const next = await other.tryAcquire(name, { ttlMs: 2_000 });
+        expect(next?.fencingToken).toBeGreaterThan(handle.fencingToken);
+        await next?.release();
+      } finally {
+        for (const proxy of proxies) proxy.mode = 'pass';
+        await Promise.all([locks.close().catch(() => {}), other.close()]);
+        for (const c of proxied) c.drop();
+        await Promise.all(proxies.map((p) => p.close()));
+      }
+    });
+  });
+
   describe('RedlockService: the claims of an acquire whose replies were lost', () => {
     const OPERATION_TIMEOUT_MS = 1_000;
 

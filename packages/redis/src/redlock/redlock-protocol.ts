@@ -30,6 +30,9 @@ const ROUND_SMOOTHING = 0.2;
 /** Pauses between the tries of one node's clean-up whose call failed: doubling from the first to the last. */
 const UNDO_FIRST_PAUSE_MS = 50;
 const UNDO_MAX_PAUSE_MS = 1_000;
+/** Pauses between the tries of one node's release whose call failed, within the release's bound. */
+const RELEASE_FIRST_PAUSE_MS = 25;
+const RELEASE_MAX_PAUSE_MS = 200;
 
 export interface QuorumLockOptions {
   readonly nodes: readonly RedlockNode[];
@@ -203,46 +206,82 @@ export class QuorumLock {
   }
 
   /**
-   * Owner-checked delete on every node. True if any node deleted the key; false if so many nodes answered that they
-   * did not hold it that no majority can (the lock was lost); otherwise a `TransportError`: the outcome is unknown.
-   * Ends once every node answered, or once a majority answered and one of them deleted (a paused node does not
-   * delay it).
+   * Owner-checked delete on every node. True once some node deleted the key and so many answered that no majority
+   * can still hold it; false if so many nodes answered that they did not hold it that no majority can (the lock was
+   * lost); otherwise a `TransportError`: the outcome is unknown, and the lock may stay held until its TTL.
+   * Ends once too few nodes are left unanswered to make a majority (a paused node does not delay it).
+   *
+   * A node whose try failed (its connection dropped, its client reconnecting) is tried again until the release's
+   * bound (one round timeout) or close(), also after the round was decided without it: one try per node told
+   * "released" while the nodes still holding the key were a majority (nobody could take the lock until its TTL),
+   * and left a minority's keys to their TTL for nothing.
    */
   async release(lease: Lease): Promise<boolean> {
+    const n = this.#nodes.length;
     const q = this.quorum;
     const request = {
       name: lease.name,
       ownershipToken: lease.ownershipToken,
       notice: lease.fencingToken.toString(),
     };
+    const bound = new AbortController();
+    const closing = this.#closing.signal;
+    const end = (): void =>
+      bound.abort(new TransportError(`release of "${lease.name}": no answer within its bound`));
+    const cancelDeadline = this.#deadlines.add(end);
+    closing.addEventListener('abort', end, { once: true });
+    if (closing.aborted) end();
+    let open = n;
+    const settled = (): void => {
+      open -= 1;
+      if (open > 0) return;
+      cancelDeadline();
+      closing.removeEventListener('abort', end);
+    };
     const outcomes = await this.#round<boolean>(
-      (node, s) => node.release(request, s),
-      (results) => {
-        let answered = 0;
-        let deleted = false;
-        for (const o of results) {
-          if (o.status === 'ok') {
-            answered += 1;
-            deleted ||= o.value;
-          }
-        }
-        return deleted && answered >= q;
+      // The round's own signal is not passed on: a try in flight when the round is decided still deletes its key.
+      (node) => {
+        const tries = this.#releaseOn(node, request, bound.signal);
+        tries.then(settled, settled);
+        return tries;
       },
+      (results) => results.filter((o) => o.status === 'ok').length > n - q,
     );
-    let absent = 0;
+    let answered = 0;
+    let deleted = 0;
     for (const o of outcomes) {
       if (o.status !== 'ok') continue;
-      if (o.value) return true;
-      absent += 1;
+      answered += 1;
+      if (o.value) deleted += 1;
     }
-    // "Not held" needs proof that no majority holds the grant: more than N − quorum nodes without its key. Fewer
-    // answers say nothing, since the silent nodes may be the majority that holds it (and will delete it when the
-    // command they were sent runs).
-    if (absent > this.#nodes.length - q) return false;
+    // Either answer needs more than N − quorum nodes without the key: fewer say nothing, since the silent nodes may be
+    // the majority that holds the grant (and will delete it when the command they were sent runs). "Not held" needs
+    // every one of them to say so.
+    if (answered > n - q) return deleted > 0;
     throw new TransportError(
-      `Redlock: only ${absent} of ${this.#nodes.length} nodes answered the release of "${lease.name}", none of them holding it (quorum ${q})`,
+      `Redlock: only ${answered} of ${n} nodes answered the release of "${lease.name}", ${deleted} of them deleting it (quorum ${q})`,
       { cause: firstError(outcomes) },
     );
+  }
+
+  /**
+   * One node's part of a release, tried again while its call fails, until `bound` ends. An answer "not held" after a
+   * try that may have been applied (any failure but {@link NodeNotConnectedError}) counts as deleted: that try may
+   * have been the delete.
+   */
+  async #releaseOn(node: RedlockNode, request: NodeRelease, bound: AbortSignal): Promise<boolean> {
+    let maybeApplied = false;
+    for (let pauseMs = RELEASE_FIRST_PAUSE_MS; ; pauseMs = Math.min(2 * pauseMs, RELEASE_MAX_PAUSE_MS)) {
+      try {
+        return (await node.release(request, bound)) || maybeApplied;
+      } catch (error) {
+        if (!(error instanceof NodeNotConnectedError)) maybeApplied = true;
+        if (bound.aborted) throw error;
+        // Unref'd: a release must not keep the process alive; the lease's TTL is the backstop.
+        await this.#clock.sleep(pauseMs, bound, { unref: true }).catch(() => {});
+        if (bound.aborted) throw error;
+      }
+    }
   }
 
   async #renewChunk(requests: readonly RenewRequest[]): Promise<RenewDecision[]> {
