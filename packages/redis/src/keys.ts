@@ -93,7 +93,11 @@ export interface SemaphoreKeys {
   readonly fence: string;
   /** List of waiting ownership tokens, oldest first. */
   readonly queue: string;
-  /** Hash from a waiting ownership token to `"<deadline ms> <ttl ms> <notify channel>"`, or `"=<slot>"` once handed one. */
+  /**
+   * Hash from a waiting ownership token to `"<deadline ms> <ttl ms> <notify channel>"`, or `"=<slot>"` once handed
+   * one; and from `"=<slot>"` to the ownership token of that slot's last hand-on (so the next hand-on can drop a mark
+   * its holder never cleared).
+   */
   readonly waiters: string;
 }
 
