@@ -29,7 +29,13 @@ export interface ZooKeeperStatLike {
 export interface ZooKeeperAclLike {
   /** The permission bits (`Permission.ALL` is 31). */
   readonly permission: number;
-  readonly id: { readonly scheme: string; readonly id: string };
+  /** Whom the entry is for: the open ACL's is `{ scheme: 'world', id: 'anyone' }`. */
+  readonly id: {
+    /** The authentication scheme (`world`, `digest`, `ip`, `sasl`, …). */
+    readonly scheme: string;
+    /** The identity within that scheme. */
+    readonly id: string;
+  };
 }
 
 /** The client's state objects (`State.SYNC_CONNECTED` …); only `code` is read. */
