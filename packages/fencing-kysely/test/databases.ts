@@ -15,7 +15,8 @@ import {
 } from 'kysely';
 import { createPool as createMysqlPool } from 'mysql2';
 import pg from 'pg';
-import type { FencingDialectName } from '../src/index.js';
+import { afterAll, beforeAll } from 'vitest';
+import { ensureFencingTable, type FencingDialectName, fencingMigration } from '../src/index.js';
 
 export {
   isNonDecreasing,
@@ -178,4 +179,39 @@ export function protectedTable(dialect: FencingDialectName, name: string) {
       return (result.rows as { token: string }[]).map((row) => BigInt(row.token));
     },
   };
+}
+
+/** What `withFencedTables` opened: the database and its protected table. */
+export interface FencedTables {
+  readonly t: TestDb;
+  readonly writes: ReturnType<typeof protectedTable>;
+}
+
+/**
+ * Before a describe block's tests, opens a database of `kind` with the fencing table `options.table` and the
+ * protected table `data`, and hands them to `opened`; after them, drops both tables and each of `alsoDrop`, and
+ * closes the database.
+ */
+export function withFencedTables(
+  kind: TestDbKind,
+  options: { readonly table: string },
+  data: string,
+  opened: (tables: FencedTables) => void,
+  alsoDrop: readonly string[] = [],
+): void {
+  let tables: FencedTables;
+  beforeAll(async () => {
+    const t = await openTestDb(kind);
+    tables = { t, writes: protectedTable(t.dialect, data) };
+    await ensureFencingTable(t.db, options);
+    await tables.writes.create(t.db);
+    opened(tables);
+  });
+  afterAll(async () => {
+    const { t, writes } = tables;
+    await fencingMigration(options).down(t.db);
+    await writes.drop(t.db);
+    for (const name of alsoDrop) await run(t.db, `DROP TABLE IF EXISTS ${name}`);
+    await t.close();
+  });
 }

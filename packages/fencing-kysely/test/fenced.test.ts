@@ -1,6 +1,6 @@
 import type { Kysely } from 'kysely';
 import { Migrator } from 'kysely/migration';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   checkFence,
   ensureFencingTable,
@@ -16,12 +16,12 @@ import {
 } from '../src/index.js';
 import {
   ALL_KINDS,
-  openTestDb,
-  protectedTable,
+  type protectedTable,
   rejection,
   run,
   type TestDb,
   uniqueName,
+  withFencedTables,
 } from './databases.js';
 import { verbScript } from './verb-script.js';
 
@@ -35,18 +35,9 @@ describe.each(ALL_KINDS)('fenced() on %s', (kind) => {
   const fresh = () => `fenced/${counter++}`;
   const options = { table };
 
-  beforeAll(async () => {
-    t = await openTestDb(kind);
+  withFencedTables(kind, options, data, (opened) => {
+    ({ t, writes } = opened);
     db = t.db;
-    writes = protectedTable(t.dialect, data);
-    await ensureFencingTable(db, options);
-    await writes.create(db);
-  });
-
-  afterAll(async () => {
-    await fencingMigration(options).down(db);
-    await writes.drop(db);
-    await t.close();
   });
 
   it('accepts the first token, an equal one and a higher one, raising the mark', async () => {

@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import type { Kysely } from 'kysely';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   checkFence,
   ensureFencingTable,
@@ -14,12 +14,12 @@ import {
 } from '../src/index.js';
 import {
   ALL_KINDS,
-  openTestDb,
-  protectedTable,
+  type protectedTable,
   rejection,
   run,
   type TestDb,
   uniqueName,
+  withFencedTables,
 } from './databases.js';
 
 describe.each(ALL_KINDS)('a callback that ends the fenced transaction, on %s', (kind) => {
@@ -33,20 +33,16 @@ describe.each(ALL_KINDS)('a callback that ends the fenced transaction, on %s', (
   const fresh = () => `honesty/${counter++}`;
   const options = { table };
 
-  beforeAll(async () => {
-    t = await openTestDb(kind);
-    db = t.db;
-    writes = protectedTable(t.dialect, data);
-    await ensureFencingTable(db, options);
-    await writes.create(db);
-  });
-
-  afterAll(async () => {
-    await fencingMigration(options).down(db);
-    await writes.drop(db);
-    await run(db, `DROP TABLE IF EXISTS ${scratch}`);
-    await t.close();
-  });
+  withFencedTables(
+    kind,
+    options,
+    data,
+    (opened) => {
+      ({ t, writes } = opened);
+      db = t.db;
+    },
+    [scratch],
+  );
 
   // Each variant but the last leaves the connection inside a transaction again when the callback returns. On
   // SQLite too: another connection can write between the callback's COMMIT and its BEGIN.
