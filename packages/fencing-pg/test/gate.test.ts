@@ -1,19 +1,19 @@
 import type pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   FencingGate,
   InvalidArgumentError,
   MAX_FENCING_TOKEN,
-  type PgClientLike,
   StaleFencingTokenError,
 } from '../src/index.js';
 import {
   checkedOut,
   committedTokens,
-  createProtectedTable,
   newClient,
-  newPool,
+  protectedWrite,
+  rejection,
   uniqueName,
+  withGate,
 } from './helpers.js';
 
 const fenceTable = uniqueName('fence');
@@ -23,33 +23,12 @@ let gate: FencingGate;
 let counter = 0;
 const freshResource = () => `gate-test/${counter++}`;
 
-beforeAll(async () => {
-  pool = newPool(5);
-  gate = new FencingGate({ table: fenceTable });
-  await gate.ensureSchema(pool);
-  await createProtectedTable(pool, dataTable);
+withGate({ fenceTable, dataTable, poolSize: 5 }, (opened, openedGate) => {
+  pool = opened;
+  gate = openedGate;
 });
 
-afterAll(async () => {
-  await pool.query(gate.sql.dropTable);
-  await pool.query(`DROP TABLE IF EXISTS "${dataTable}"`);
-  await pool.end();
-});
-
-const write = (resource: string, token: bigint) => (tx: PgClientLike) =>
-  tx.query(`INSERT INTO "${dataTable}" (resource, token) VALUES ($1, $2::bigint)`, [
-    resource,
-    token.toString(),
-  ]);
-
-async function rejection(promise: Promise<unknown>): Promise<unknown> {
-  return promise.then(
-    () => {
-      throw new Error('expected a rejection');
-    },
-    (error: unknown) => error,
-  );
-}
+const write = protectedWrite(dataTable);
 
 describe('FencingGate.run', () => {
   it('accepts the first token, an equal token and a higher token, raising the mark', async () => {

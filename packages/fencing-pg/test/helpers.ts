@@ -1,7 +1,17 @@
 import { PG_URL } from '@dlock/test-utils';
 import pg from 'pg';
+import { afterAll, beforeAll } from 'vitest';
+import { FencingGate, type PgClientLike, type PgPoolClientLike, type PgPoolLike } from '../src/index.js';
 
-export { isNonDecreasing, maxOf, PG_URL, shuffle, takeRaceSlot, uniqueName } from '@dlock/test-utils';
+export {
+  isNonDecreasing,
+  maxOf,
+  PG_URL,
+  rejection,
+  shuffle,
+  takeRaceSlot,
+  uniqueName,
+} from '@dlock/test-utils';
 
 export function newPool(max = 10): pg.Pool {
   const pool = new pg.Pool({ connectionString: PG_URL, max });
@@ -56,4 +66,66 @@ export async function waitForLockWaiters(db: pg.Pool, table: string, count: numb
 /** Clients checked out and not yet returned. */
 export function checkedOut(pool: pg.Pool): number {
   return pool.totalCount - pool.idleCount;
+}
+
+/**
+ * Before a file's tests, opens a pool of `poolSize`, makes a gate on the fencing table `fenceTable` with its
+ * schema, and the protected table `dataTable` if one is named, and hands pool and gate to `opened`; after them,
+ * drops those tables and ends the pool.
+ */
+export function withGate(
+  tables: { readonly fenceTable: string; readonly dataTable?: string; readonly poolSize: number },
+  opened: (pool: pg.Pool, gate: FencingGate) => void,
+): void {
+  const { fenceTable, dataTable, poolSize } = tables;
+  let pool: pg.Pool;
+  let gate: FencingGate;
+  beforeAll(async () => {
+    pool = newPool(poolSize);
+    gate = new FencingGate({ table: fenceTable });
+    await gate.ensureSchema(pool);
+    if (dataTable !== undefined) await createProtectedTable(pool, dataTable);
+    opened(pool, gate);
+  });
+  afterAll(async () => {
+    await pool.query(gate.sql.dropTable);
+    if (dataTable !== undefined) await pool.query(`DROP TABLE IF EXISTS "${dataTable}"`);
+    await pool.end();
+  });
+}
+
+/** A callback for the gate that writes `token` for `resource` to the protected table `table`. */
+export function protectedWrite(table: string) {
+  return (resource: string, token: bigint) => (tx: PgClientLike) =>
+    tx.query(`INSERT INTO "${table}" (resource, token) VALUES ($1, $2::bigint)`, [
+      resource,
+      token.toString(),
+    ]);
+}
+
+/** A real pool that counts what reaches it, to prove that bad input is refused before any SQL or checkout. */
+export function countingPool(inner: pg.Pool) {
+  const counts = { queries: 0, connects: 0 };
+  const db: PgPoolLike = {
+    get idleCount() {
+      return inner.idleCount;
+    },
+    query: (text, values) => {
+      counts.queries++;
+      return inner.query(text, values);
+    },
+    connect: async () => {
+      counts.connects++;
+      const client = await inner.connect();
+      return {
+        query: (text: string, values?: unknown[]) => {
+          counts.queries++;
+          return client.query(text, values);
+        },
+        release: (err?: Error | boolean) => client.release(err),
+        getTransactionStatus: () => client.getTransactionStatus(),
+      } satisfies PgPoolClientLike;
+    },
+  };
+  return { db, counts };
 }

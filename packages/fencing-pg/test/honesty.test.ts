@@ -1,22 +1,22 @@
 import fc from 'fast-check';
 import type pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import {
   FenceBrokenError,
   FencingGate,
   fencingSql,
   InvalidArgumentError,
   type PgClientLike,
-  type PgPoolClientLike,
-  type PgPoolLike,
 } from '../src/index.js';
 import {
   checkedOut,
   committedTokens,
-  createProtectedTable,
+  countingPool,
   newClient,
-  newPool,
+  protectedWrite,
+  rejection,
   uniqueName,
+  withGate,
 } from './helpers.js';
 
 const fenceTable = uniqueName('fence_hon');
@@ -26,32 +26,22 @@ let gate: FencingGate;
 let counter = 0;
 const fresh = () => `honesty/${counter++}`;
 
-beforeAll(async () => {
-  pool = newPool(5);
-  gate = new FencingGate({ table: fenceTable });
-  await gate.ensureSchema(pool);
-  await createProtectedTable(pool, dataTable);
+withGate({ fenceTable, dataTable, poolSize: 5 }, (opened, openedGate) => {
+  pool = opened;
+  gate = openedGate;
 });
 
-afterAll(async () => {
-  await pool.query(gate.sql.dropTable);
-  await pool.query(`DROP TABLE IF EXISTS "${dataTable}"`);
-  await pool.end();
-});
+const write = protectedWrite(dataTable);
 
-const write = (resource: string, token: bigint) => (tx: PgClientLike) =>
-  tx.query(`INSERT INTO "${dataTable}" (resource, token) VALUES ($1, $2::bigint)`, [
-    resource,
-    token.toString(),
-  ]);
-
-async function rejection(promise: Promise<unknown>): Promise<unknown> {
-  try {
-    await promise;
-  } catch (error) {
-    return error;
-  }
-  throw new Error('expected a rejection');
+/** `client`, appending the text of each query sent through it to `texts`. */
+function recording(client: pg.Client, texts: string[]): PgClientLike {
+  return {
+    query: (text: string, values?: unknown[]) => {
+      texts.push(text);
+      return client.query(text, values);
+    },
+    getTransactionStatus: () => client.getTransactionStatus(),
+  };
 }
 
 describe('a callback that ends the fenced transaction and opens another', () => {
@@ -111,13 +101,7 @@ describe('a callback that ends the fenced transaction and opens another', () => 
   it('costs no extra round trip on the happy path', async () => {
     const texts: string[] = [];
     const client = await newClient();
-    const spy: PgClientLike = {
-      query: (text: string, values?: unknown[]) => {
-        texts.push(text);
-        return client.query(text, values);
-      },
-      getTransactionStatus: () => client.getTransactionStatus(),
-    };
+    const spy = recording(client, texts);
     try {
       await gate.runFenced(spy, fresh(), 1n, async () => 'ok');
       expect(texts).toHaveLength(3); // BEGIN, guard, the check merged with COMMIT
@@ -156,32 +140,6 @@ describe('callback misuse is reported with a typed error', () => {
     expect(await committedTokens(pool, dataTable, r)).toEqual([]);
   });
 });
-
-/** A real pool that counts every query and checkout, to prove junk is refused before any I/O. */
-function countingPool(inner: pg.Pool) {
-  const counts = { queries: 0, connects: 0 };
-  const db: PgPoolLike = {
-    get idleCount() {
-      return inner.idleCount;
-    },
-    query: (text, values) => {
-      counts.queries++;
-      return inner.query(text, values);
-    },
-    connect: async () => {
-      counts.connects++;
-      const client = await inner.connect();
-      return {
-        query: (text: string, values?: unknown[]) => {
-          counts.queries++;
-          return client.query(text, values);
-        },
-        release: (err?: Error | boolean) => client.release(err),
-      } satisfies PgPoolClientLike;
-    },
-  };
-  return { db, counts };
-}
 
 describe('junk arguments to every public entry', () => {
   const junk = fc.oneof(
@@ -323,13 +281,7 @@ describe('one client, two runFenced calls at once', () => {
   it('refuses the second before it sends anything: the first one COMMIT or ROLLBACK would end both', async () => {
     const client = await newClient();
     const texts: string[] = [];
-    const spy: PgClientLike = {
-      query: (text: string, values?: unknown[]) => {
-        texts.push(text);
-        return client.query(text, values);
-      },
-      getTransactionStatus: () => client.getTransactionStatus(),
-    };
+    const spy = recording(client, texts);
     try {
       const r = fresh();
       const first = gate.runFenced(spy, r, 1n, write(r, 1n));

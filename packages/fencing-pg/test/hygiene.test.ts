@@ -1,55 +1,16 @@
 import type pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  FencingGate,
-  fencingSql,
-  InvalidArgumentError,
-  type PgPoolClientLike,
-  type PgPoolLike,
-} from '../src/index.js';
-import { checkedOut, newPool, uniqueName } from './helpers.js';
+import { describe, expect, it } from 'vitest';
+import { FencingGate, fencingSql, InvalidArgumentError, type PgPoolClientLike } from '../src/index.js';
+import { checkedOut, countingPool, uniqueName, withGate } from './helpers.js';
 
 const fenceTable = uniqueName('fence_hyg');
 let pool: pg.Pool;
 let gate: FencingGate;
 
-beforeAll(async () => {
-  pool = newPool(3);
-  gate = new FencingGate({ table: fenceTable });
-  await gate.ensureSchema(pool);
+withGate({ fenceTable, poolSize: 3 }, (opened, openedGate) => {
+  pool = opened;
+  gate = openedGate;
 });
-
-afterAll(async () => {
-  await pool.query(gate.sql.dropTable);
-  await pool.end();
-});
-
-/** A real pool that counts what reaches it, to prove that bad input is refused before any SQL or checkout. */
-function countingPool(inner: pg.Pool) {
-  const counts = { queries: 0, connects: 0 };
-  const db: PgPoolLike = {
-    get idleCount() {
-      return inner.idleCount;
-    },
-    query: (text, values) => {
-      counts.queries++;
-      return inner.query(text, values);
-    },
-    connect: async () => {
-      counts.connects++;
-      const client = await inner.connect();
-      return {
-        query: (text: string, values?: unknown[]) => {
-          counts.queries++;
-          return client.query(text, values);
-        },
-        release: (err?: Error | boolean) => client.release(err),
-        getTransactionStatus: () => client.getTransactionStatus(),
-      } satisfies PgPoolClientLike;
-    },
-  };
-  return { db, counts };
-}
 
 describe('bad input is refused before any SQL', () => {
   const badTokens: unknown[] = [
