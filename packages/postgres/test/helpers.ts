@@ -1,3 +1,5 @@
+import { type ChildProcess, fork } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import { PostgresLockService, type PostgresLockServiceOptions } from '@dlock/postgres';
 import { PG_URL, uniqueName } from '@dlock/test-utils';
 import { PGlite } from '@electric-sql/pglite';
@@ -61,3 +63,33 @@ export function usePrivateSchema(pool: pg.Pool, prefix?: string): { readonly nam
 }
 
 export type ServiceOptions = Omit<PostgresLockServiceOptions, 'pool'>;
+
+/**
+ * Forks `fixtures/<fixture>` with `args` and an IPC channel. `next(type, ms)` resolves with the first message of that
+ * type the process sent, looking every 10 ms, and rejects naming `who` and every message so far after `ms`.
+ */
+export function forkFixture<M extends { readonly type: string }>(
+  fixture: string,
+  args: readonly string[],
+  who: string,
+): { readonly child: ChildProcess; next(type: M['type'], ms: number): Promise<M> } {
+  const child = fork(fileURLToPath(new URL(`./fixtures/${fixture}`, import.meta.url)), args, {
+    execArgv: [],
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  const messages: M[] = [];
+  child.on('message', (m: M) => messages.push(m));
+  const next = (type: M['type'], ms: number): Promise<M> =>
+    new Promise((resolve, reject) => {
+      const end = Date.now() + ms;
+      const look = (): void => {
+        const found = messages.find((m) => m.type === type);
+        if (found) resolve(found);
+        else if (Date.now() > end)
+          reject(new Error(`no "${type}" from the ${who} within ${ms} ms: ${JSON.stringify(messages)}`));
+        else setTimeout(look, 10);
+      };
+      look();
+    });
+  return { child, next };
+}

@@ -1,10 +1,8 @@
-import { fork } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import { LockClient } from '@dlock/core';
 import { FencingGate } from '@dlock/fencing-pg';
 import { PostgresLockService } from '@dlock/postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { newPool, PG_URL, privateSchema } from './helpers.js';
+import { forkFixture, newPool, PG_URL, privateSchema } from './helpers.js';
 
 interface Message {
   readonly type: 'acquired' | 'lost' | 'wrote' | 'refused' | 'error';
@@ -36,25 +34,11 @@ describe('a holder process frozen (SIGSTOP) past its TTL', () => {
   it("loses the lock to a waiter with a higher token, learns it on waking, and its stale write is refused by fencing-pg's gate", {
     timeout: 20_000,
   }, async () => {
-    const child = fork(
-      fileURLToPath(new URL('./fixtures/holder.mjs', import.meta.url)),
+    const { child, next } = forkFixture<Message>(
+      'holder.mjs',
       [PG_URL, schema, 'paused', String(TTL_MS)],
-      { execArgv: [], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] },
+      'holder',
     );
-    const messages: Message[] = [];
-    child.on('message', (m: Message) => messages.push(m));
-    const next = (type: Message['type'], ms: number): Promise<Message> =>
-      new Promise((resolve, reject) => {
-        const end = Date.now() + ms;
-        const look = (): void => {
-          const found = messages.find((m) => m.type === type);
-          if (found) resolve(found);
-          else if (Date.now() > end)
-            reject(new Error(`no "${type}" from the holder within ${ms} ms: ${JSON.stringify(messages)}`));
-          else setTimeout(look, 10);
-        };
-        look();
-      });
     const service = new PostgresLockService({ pool, schema });
     const contender = new LockClient(service);
     const gate = new FencingGate({ schema });

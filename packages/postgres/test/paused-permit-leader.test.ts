@@ -1,10 +1,8 @@
-import { fork } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import { LockClient } from '@dlock/core';
 import { PostgresLockService } from '@dlock/postgres';
 import { uniqueName } from '@dlock/test-utils';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { newPool, PG_URL, privateSchema } from './helpers.js';
+import { forkFixture, newPool, PG_URL, privateSchema } from './helpers.js';
 
 // A permit holder and an election leader frozen (SIGSTOP) past their lease, in a child process: the next one is
 // served with a higher token, and the frozen one, on waking, is told the truth: not held, its write (proclaim)
@@ -40,25 +38,11 @@ describe.each(['permit', 'leader'] as const)('a %s frozen (SIGSTOP) past its lea
     timeout: 20_000,
   }, async () => {
     const name = uniqueName(`paused-${mode}`);
-    const child = fork(
-      fileURLToPath(new URL('./fixtures/paused-holder.mjs', import.meta.url)),
+    const { child, next } = forkFixture<Message>(
+      'paused-holder.mjs',
       [PG_URL, schema, name, String(TTL_MS), mode],
-      { execArgv: [], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] },
+      'child',
     );
-    const messages: Message[] = [];
-    child.on('message', (m: Message) => messages.push(m));
-    const next = (type: Message['type'], ms: number): Promise<Message> =>
-      new Promise((resolve, reject) => {
-        const end = Date.now() + ms;
-        const look = (): void => {
-          const found = messages.find((m) => m.type === type);
-          if (found) resolve(found);
-          else if (Date.now() > end)
-            reject(new Error(`no "${type}" from the child within ${ms} ms: ${JSON.stringify(messages)}`));
-          else setTimeout(look, 10);
-        };
-        look();
-      });
     const service = new PostgresLockService({ pool, schema });
     const successor = new LockClient(service);
     try {

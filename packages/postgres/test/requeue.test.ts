@@ -15,29 +15,11 @@ interface Step {
 /** One call of the acquire statement, as the service sends it, for claim `id` (waiter row lease 60 s). */
 async function acquire(kind: 'l' | 's', name: string, id: string, waiterMs = 60_000): Promise<Step> {
   const schema = `"${tables.name}"`;
-  const result =
-    kind === 'l'
-      ? await pool.query<Step>(`SELECT * FROM ${schema}.dlock_lock($1, $2, $3, $4, $5, $6, $7, $8)`, [
-          name,
-          id,
-          30_000,
-          null,
-          waiterMs,
-          'nobody_listens',
-          5_000,
-          'o',
-        ])
-      : await pool.query<Step>(`SELECT * FROM ${schema}.dlock_permit($1, $2, $3, $4, $5, $6, $7, $8, $9)`, [
-          name,
-          id,
-          30_000,
-          null,
-          waiterMs,
-          'nobody_listens',
-          1,
-          5_000,
-          'o',
-        ]);
+  // The permit function takes the permit count (1) before the statement's bound in ms; otherwise the calls are alike.
+  const [statement, permits] = kind === 'l' ? ['dlock_lock', []] : ['dlock_permit', [1]];
+  const values = [name, id, 30_000, null, waiterMs, 'nobody_listens', ...permits, 5_000, 'o'];
+  const placeholders = values.map((_, i) => `$${i + 1}`).join(', ');
+  const result = await pool.query<Step>(`SELECT * FROM ${schema}.${statement}(${placeholders})`, values);
   const row = result.rows[0];
   if (!row) throw new Error('no row');
   return row;
