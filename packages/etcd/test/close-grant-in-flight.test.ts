@@ -50,33 +50,48 @@ async function leaseGone(id: string): Promise<boolean> {
   return Number(answer.TTL) <= 0;
 }
 
+/**
+ * Starts a session-mode acquire of `name` through `client` with the network slowed by DELAY_MS each way, and
+ * closes the service 50 ms later, once the lease grant went out. Resolves with how long close() took, after the
+ * acquire settled too.
+ */
+async function closeDuringGrant(
+  client: EtcdClientLike,
+  proxy: TcpProxy,
+  name: string,
+  ttlMs: number,
+): Promise<number> {
+  const service = new EtcdLockService({
+    client,
+    keyPrefix: TEST_PREFIX,
+    session: true,
+    requestTimeoutMs: REQUEST_TIMEOUT_MS,
+  });
+  proxy.delayMs = DELAY_MS;
+  const acquiring = service
+    .acquire({
+      name: lockName(name),
+      ownerId: 'close-grant',
+      ttlMs,
+      waitMs: 0,
+      signal: new AbortController().signal,
+    })
+    .catch((error: unknown) => error);
+  // Let the grant go out before closing.
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  const startedAt = performance.now();
+  await service.close();
+  const closeMs = performance.now() - startedAt;
+  await acquiring;
+  return closeMs;
+}
+
 describe('close() with a session lease grant in flight', () => {
   it('settles within one request timeout on a slow network, and the late grant is revoked after', {
     timeout: 15_000,
   }, async () => {
     const { proxy, client, granted } = await proxied();
-    const service = new EtcdLockService({
-      client,
-      keyPrefix: TEST_PREFIX,
-      session: true,
-      requestTimeoutMs: REQUEST_TIMEOUT_MS,
-    });
-    proxy.delayMs = DELAY_MS;
-    const acquiring = service
-      .acquire({
-        name: lockName('close-grant'),
-        ownerId: 'close-grant',
-        ttlMs: 5_000,
-        waitMs: 0,
-        signal: new AbortController().signal,
-      })
-      .catch((error: unknown) => error);
-    // Let the grant go out before closing.
-    await new Promise((resolve) => setTimeout(resolve, 50));
-    const startedAt = performance.now();
-    await service.close();
-    const closeMs = performance.now() - startedAt;
-    await acquiring;
+    const closeMs = await closeDuringGrant(client, proxy, 'close-grant', 5_000);
     expect(closeMs).toBeLessThan(REQUEST_TIMEOUT_MS + 250);
     // The grant answered while close() ran, and was revoked then rather than left for its TTL.
     expect(await waitUntil(() => granted.length === 1, 3_000)).toBe(true);
@@ -100,27 +115,7 @@ describe('close() with a session lease grant in flight', () => {
         },
       },
     };
-    const service = new EtcdLockService({
-      client: watched,
-      keyPrefix: TEST_PREFIX,
-      session: true,
-      requestTimeoutMs: REQUEST_TIMEOUT_MS,
-    });
-    proxy.delayMs = DELAY_MS;
-    const acquiring = service
-      .acquire({
-        name: lockName('close-grant-dead'),
-        ownerId: 'close-grant',
-        ttlMs: 2_000,
-        waitMs: 0,
-        signal: new AbortController().signal,
-      })
-      .catch((error: unknown) => error);
-    await new Promise((resolve) => setTimeout(resolve, 50));
-    const startedAt = performance.now();
-    await service.close();
-    const closeMs = performance.now() - startedAt;
-    await acquiring;
+    const closeMs = await closeDuringGrant(watched, proxy, 'close-grant-dead', 2_000);
     expect(granted).toHaveLength(1);
     expect(closeMs).toBeLessThan(REQUEST_TIMEOUT_MS + 250);
   });
