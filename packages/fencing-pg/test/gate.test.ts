@@ -1,3 +1,4 @@
+import { rejection } from '@dlock/test-utils';
 import type pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import {
@@ -6,15 +7,7 @@ import {
   MAX_FENCING_TOKEN,
   StaleFencingTokenError,
 } from '../src/index.js';
-import {
-  checkedOut,
-  committedTokens,
-  newClient,
-  protectedWrite,
-  rejection,
-  uniqueName,
-  withGate,
-} from './helpers.js';
+import { checkedOut, committedTokens, newClient, protectedWrite, uniqueName, withGate } from './helpers.js';
 
 const fenceTable = uniqueName('fence');
 const dataTable = uniqueName('data');

@@ -3,15 +3,7 @@ import pg from 'pg';
 import { afterAll, beforeAll } from 'vitest';
 import { FencingGate, type PgClientLike, type PgPoolClientLike, type PgPoolLike } from '../src/index.js';
 
-export {
-  isNonDecreasing,
-  maxOf,
-  PG_URL,
-  rejection,
-  shuffle,
-  takeRaceSlot,
-  uniqueName,
-} from '@dlock/test-utils';
+export { isNonDecreasing, maxOf, PG_URL, shuffle, takeRaceSlot, uniqueName } from '@dlock/test-utils';
 
 export function newPool(max = 10): pg.Pool {
   const pool = new pg.Pool({ connectionString: PG_URL, max });

@@ -1,3 +1,4 @@
+import { rejection } from '@dlock/test-utils';
 import fc from 'fast-check';
 import type pg from 'pg';
 import { describe, expect, it, vi } from 'vitest';
@@ -14,7 +15,6 @@ import {
   countingPool,
   newClient,
   protectedWrite,
-  rejection,
   uniqueName,
   withGate,
 } from './helpers.js';
