@@ -1,8 +1,8 @@
 import { LockClient } from '@dlock/core';
 import { FencingGate } from '@dlock/fencing-pg';
 import { PostgresLockService } from '@dlock/postgres';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { forkFixture, newPool, PG_URL, privateSchema } from './helpers.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { forkFixture, newPool, PG_URL, usePrivateSchema } from './helpers.js';
 
 interface Message {
   readonly type: 'acquired' | 'lost' | 'wrote' | 'refused' | 'error';
@@ -15,17 +15,13 @@ interface Message {
 
 const TTL_MS = 1_500;
 const pool = newPool(5);
+const tables = usePrivateSchema(pool, 'dlock_pg_pause');
 let schema = '';
-let drop: () => Promise<void> = async () => {};
 beforeAll(async () => {
-  ({ schema, drop } = await privateSchema(pool, 'dlock_pg_pause'));
+  schema = tables.name;
   await pool.query(`CREATE TABLE "${schema}".ledger (id int PRIMARY KEY, balance int NOT NULL, writer text)`);
   await pool.query(`INSERT INTO "${schema}".ledger VALUES (1, 100, 'nobody')`);
   await new FencingGate({ schema }).ensureSchema(pool);
-});
-afterAll(async () => {
-  await drop();
-  await pool.end();
 });
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));

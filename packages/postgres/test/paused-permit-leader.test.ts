@@ -1,8 +1,8 @@
 import { LockClient } from '@dlock/core';
 import { PostgresLockService } from '@dlock/postgres';
 import { uniqueName } from '@dlock/test-utils';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { forkFixture, newPool, PG_URL, privateSchema } from './helpers.js';
+import { describe, expect, it } from 'vitest';
+import { forkFixture, newPool, PG_URL, usePrivateSchema } from './helpers.js';
 
 // A permit holder and an election leader frozen (SIGSTOP) past their lease, in a child process: the next one is
 // served with a higher token, and the frozen one, on waking, is told the truth: not held, its write (proclaim)
@@ -21,15 +21,7 @@ interface Message {
 
 const TTL_MS = 1_500;
 const pool = newPool(5);
-let schema = '';
-let drop: () => Promise<void> = async () => {};
-beforeAll(async () => {
-  ({ schema, drop } = await privateSchema(pool, 'dlock_pg_pause2'));
-});
-afterAll(async () => {
-  await drop();
-  await pool.end();
-});
+const tables = usePrivateSchema(pool, 'dlock_pg_pause2');
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -40,10 +32,10 @@ describe.each(['permit', 'leader'] as const)('a %s frozen (SIGSTOP) past its lea
     const name = uniqueName(`paused-${mode}`);
     const { child, next } = forkFixture<Message>(
       'paused-holder.mjs',
-      [PG_URL, schema, name, String(TTL_MS), mode],
+      [PG_URL, tables.name, name, String(TTL_MS), mode],
       'child',
     );
-    const service = new PostgresLockService({ pool, schema });
+    const service = new PostgresLockService({ pool, schema: tables.name });
     const successor = new LockClient(service);
     try {
       const acquired = await next('acquired', 10_000);
