@@ -74,7 +74,8 @@ export interface ZooKeeperTransactionLike {
   remove?(path: string, version?: number): ZooKeeperTransactionLike;
   /**
    * Adds a write of `path`'s data (at `version`, when given). Optional: without it (or `create`, `remove`), a try
-   * that does not wait queues its node the ordinary way (see the README's *A caller that does not wait*).
+   * that does not wait queues its node the ordinary way (see the README's *A caller that does not wait*), and a
+   * semaphore takes a slot only through its queue (see *A take keeps the queue parent's data and ACL*).
    */
   setData?(path: string, data: Buffer, version?: number): ZooKeeperTransactionLike;
   /** Sends the operations as one atomic `multi`; `results` holds one entry per operation, in order. */
@@ -126,8 +127,9 @@ export interface ZooKeeperClientLike {
    */
   setData?(path: string, data: Buffer, version: number, callback: ZooKeeperCallback<unknown>): void;
   /**
-   * Reads a node's ACL and stat. Optional: a try that does not wait reads it once for a lock parent it did not
-   * make, and without it queues the ordinary way in such a parent (see the README's *A caller that does not wait*).
+   * Reads a node's ACL and stat. Optional: a try that does not wait (a semaphore's take too) reads it once for a
+   * parent it did not make, and without it queues the ordinary way in such a parent (see the README's *A caller
+   * that does not wait*); idle parents and semaphores are then read with `exists`, their data only.
    */
   getACL?(
     path: string,

@@ -1,16 +1,23 @@
 import { decodeLockName, encodeLockName, limitOf } from './keys.js';
-import { childrenOf } from './node-ops.js';
+import { childrenOf, plainVersion } from './node-ops.js';
 import type { MultiOp, Session } from './zookeeper-session.js';
 
 /**
- * Deletes an idle semaphore's node with its two parents, in one `multi`: NotEmpty (someone holds or waits again)
- * or NoNode (someone else deleted it) leave everything as it is.
+ * Deletes an idle semaphore's node with its two parents, in one `multi`: NotEmpty (someone holds or waits again),
+ * NoNode (someone else deleted it) or BadVersion (data written since) leave everything as it is. Each node is read
+ * first (pipelined, one round trip): a semaphore with a node someone gave data or another ACL is theirs to keep.
  */
 export async function removeIdleSemaphore(session: Session, semaphore: string): Promise<void> {
   const children = await childrenOf(session, semaphore);
   if (children === undefined) return;
-  const ops: MultiOp[] = children.map((child) => ({ op: 'remove', path: `${semaphore}/${child}` }));
-  ops.push({ op: 'remove', path: semaphore });
+  const paths = [...children.map((child) => `${semaphore}/${child}`), semaphore];
+  const versions = await Promise.all(paths.map((path) => plainVersion(session, path)));
+  const ops: MultiOp[] = [];
+  for (const [i, path] of paths.entries()) {
+    const version = versions[i];
+    if (version === undefined) return;
+    ops.push({ op: 'remove', path, version });
+  }
   await session.multi(ops);
 }
 

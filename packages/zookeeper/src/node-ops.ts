@@ -1,7 +1,7 @@
 import { TransportError } from '@dlock/core';
 import { CREATE_MODE, type ZooKeeperAclLike } from './client-like.js';
 import { ZK_ERROR, zkErrorCode } from './errors.js';
-import type { Session, SessionNodes } from './zookeeper-session.js';
+import type { MultiOp, Session, SessionNodes } from './zookeeper-session.js';
 
 /** Node requests whose expected refusals (NoNode, NodeExists) are outcomes rather than errors, for both drivers. */
 
@@ -50,19 +50,66 @@ export function isOpenAcl(acls: readonly ZooKeeperAclLike[]): boolean {
 }
 
 /**
- * Deletes an idle lock parent only if it is as dlock makes it, read first: no data, and the open ACL when the
- * client can read ACLs. At the version read, so that data written since refuses the delete; NotEmpty (someone
- * queued since) and NoNode (someone else deleted it) are fine.
+ * The data version of a parent a try (a lock's, or a semaphore's take of a free slot) made: created and written once
+ * (empty) in the same multi. Such a try deletes a parent it knows nothing of at this version only, so one made by
+ * someone else (with data or another ACL, at version 0) or written since (setData) is read first
+ * ({@link lookAtParent}). node-zookeeper-client sends a transaction's version 0 as -1 (any version).
  */
-export async function removePlainParent(session: Session, parent: string): Promise<void> {
+export const MADE_VERSION = 1;
+
+/** A multi's ops that make a parent empty, with the open ACL, at MADE_VERSION: created, then written once. */
+export function madeParent(path: string): MultiOp[] {
+  return [
+    { op: 'create', path, data: EMPTY, mode: CREATE_MODE.PERSISTENT },
+    { op: 'setData', path, data: EMPTY },
+  ];
+}
+
+/** The version a transaction's delete names for a parent read plain at `version` (0 cannot be named: any). */
+export function deleteVersion(version: number): number {
+  return version > 0 ? version : -1;
+}
+
+/** What a parent's ACL read showed: no node, one a try may delete (at this version), or one it must not. */
+export type ParentLook = 'missing' | 'foreign' | { readonly version: number };
+
+/**
+ * Reads a parent's ACL and stat (one request, when the parent was not at the version expected): a try deletes and
+ * re-creates only a parent with no data and the open ACL dlock gives its nodes, or those would be lost. Foreign too
+ * when the client cannot read ACLs or the stat has no version: then the parent is left alone.
+ */
+export async function lookAtParent(session: Session, parent: string): Promise<ParentLook> {
+  if (typeof session.client.getACL !== 'function') return 'foreign';
+  const read = await session.getACL(parent);
+  if (read === null) return 'missing';
+  const { acls, stat } = read;
+  if (!isOpenAcl(acls) || stat.dataLength !== 0 || stat.version === undefined) return 'foreign';
+  return { version: stat.version };
+}
+
+/**
+ * Reads a node about to be deleted when idle: its data version if it is as dlock makes it (no data, and the open
+ * ACL when the client can read ACLs), else undefined (gone too). A delete at that version refuses data written since.
+ */
+export async function plainVersion(session: Session, path: string): Promise<number | undefined> {
   const read =
     typeof session.client.getACL === 'function'
-      ? await session.getACL(parent)
-      : await session.exists(parent).then((stat) => (stat ? { acls: undefined, stat } : null));
-  if (read === null || read.stat.dataLength !== 0) return;
-  if (read.acls !== undefined && !isOpenAcl(read.acls)) return;
+      ? await session.getACL(path)
+      : await session.exists(path).then((stat) => (stat ? { acls: undefined, stat } : null));
+  if (read === null || read.stat.dataLength !== 0) return undefined;
+  if (read.acls !== undefined && !isOpenAcl(read.acls)) return undefined;
+  return read.stat.version ?? -1;
+}
+
+/**
+ * Deletes an idle lock parent only if it is as dlock makes it ({@link plainVersion}), at the version read;
+ * NotEmpty (someone queued since), NoNode (someone else deleted it) and BadVersion (written since) are fine.
+ */
+export async function removePlainParent(session: Session, parent: string): Promise<void> {
+  const version = await plainVersion(session, parent);
+  if (version === undefined) return;
   try {
-    await session.remove(parent, read.stat.version ?? -1);
+    await session.remove(parent, version);
   } catch (error) {
     const code = zkErrorCode(error);
     if (code !== ZK_ERROR.NOT_EMPTY && code !== ZK_ERROR.NO_NODE && code !== ZK_ERROR.BAD_VERSION)

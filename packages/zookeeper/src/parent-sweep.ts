@@ -1,6 +1,7 @@
 import type { Clock } from '@dlock/core';
 import type { ZooKeeperStatLike } from './client-like.js';
 import { decodeLockName, encodeLockName } from './keys.js';
+import { removePlainParent } from './node-ops.js';
 import type { Session } from './zookeeper-session.js';
 
 /** Parents looked at per pass: a root with many lock names is covered over several passes, not in one burst. */
@@ -24,7 +25,10 @@ export interface ParentSweepDeps {
    * when it is in use or not of that kind. Default: a lock parent's (see `emptyLockParent`).
    */
   readonly idleStamp?: (session: Session, parent: string, name: string) => Promise<string | undefined>;
-  /** Deletes a parent found idle; failures (NotEmpty, NoNode) are fine. Default: `delete` of the parent alone. */
+  /**
+   * Deletes a parent found idle; failures (NotEmpty, NoNode) are fine. Default: a lock parent's `removePlainParent`
+   * (read, then deleted alone at the version read, only if it has no data and the open ACL).
+   */
   readonly remove?: (session: Session, parent: string) => Promise<unknown>;
 }
 
@@ -58,8 +62,9 @@ async function lockParentStamp(session: Session, parent: string, name: string): 
  * that ZooKeeper would delete by itself. So every service with an open session lists the root every 1 to 1.5 times
  * `idleParentMs` (but no more often than every second) and looks at up to 200 parents it does not use, carrying on
  * where it stopped the time before. A parent it finds empty, with no data, twice with the same pzxid (no child came or went
- * in between) at least `idleParentMs` apart has been idle that long and is deleted. Deleting never breaks anyone: a
- * contender whose create finds its parent gone re-creates it, and a parent someone queued in meanwhile is NotEmpty.
+ * in between) at least `idleParentMs` apart has been idle that long and is deleted, if it has the open ACL too (another is
+ * someone's to keep). Deleting never breaks anyone: a contender whose create finds its parent gone re-creates it, and a
+ * parent someone queued in meanwhile is NotEmpty.
  */
 export class ParentSweep {
   readonly #deps: ParentSweepDeps;
@@ -138,10 +143,9 @@ export class ParentSweep {
       this.#emptySince.set(name, { pzxid, at });
     } else if (at - seen.at >= this.#deps.idleMs && !this.#deps.known(parent)) {
       this.#emptySince.delete(name);
-      // NotEmpty (someone queued since) and NoNode (someone else deleted it) are both fine.
-      await (this.#deps.remove ?? ((s: Session, path: string) => s.remove(path)))(session, parent).catch(
-        () => {},
-      );
+      // NotEmpty (someone queued since) and NoNode (someone else deleted it) are both fine. A lock parent is read
+      // first and deleted at the version read only with no data and the open ACL: another ACL is someone's to keep.
+      await (this.#deps.remove ?? removePlainParent)(session, parent).catch(() => {});
     }
   }
 }

@@ -11,7 +11,15 @@ import { FencingTokens } from './fencing-tokens.js';
 import { freeSlot, heldSlots, limitOf, permitSlotsPath, semaphorePath, semaphoresRootPath } from './keys.js';
 import type { NodeCleanup } from './node-cleanup.js';
 import { decodePermitData, encodePermitData } from './node-data.js';
-import { childrenOf, EMPTY, removeNode } from './node-ops.js';
+import {
+  childrenOf,
+  deleteVersion,
+  EMPTY,
+  lookAtParent,
+  MADE_VERSION,
+  madeParent,
+  removeNode,
+} from './node-ops.js';
 import {
   czxidOf,
   isConnectionLoss,
@@ -39,8 +47,14 @@ export interface SlotClaim {
   readonly unsureSlots: Set<number>;
 }
 
-/** A take's outcome: the grant, someone waits (or every slot is held), or a lost race. */
-export type Taken = { readonly grant: Grant } | 'queued' | 'again';
+/**
+ * A take's outcome: the grant, someone waits (or every slot is held), a lost race, or a queue parent with data or
+ * another ACL, which a take must not delete (only a queue node, first in line, may then take a slot).
+ */
+export type Taken = { readonly grant: Grant } | 'queued' | 'again' | 'foreign';
+
+/** Internal to a take: the queue parent was not at the version its delete named (see `tryTake`). */
+type Refused = Taken | 'version';
 
 /** Makes the grant of a slot just taken (at once: nothing may come between the take and its record). */
 export type GrantSlot<C> = (claim: C, session: Session, slot: number, fencingToken: bigint) => Grant;
@@ -58,6 +72,8 @@ export class PermitSlots<C extends SlotClaim> {
   #rootReady = false;
   /** Clients whose transactions can create and delete (a caller's wrapped client might not). */
   readonly #multiCapable = new WeakSet<object>();
+  /** Per client: whether its transactions can write data, which leaves a queue parent at MADE_VERSION. */
+  readonly #stamps = new WeakMap<object, boolean>();
 
   constructor(root: string, cleanup: NodeCleanup, grant: GrantSlot<C>) {
     this.#root = root;
@@ -69,16 +85,33 @@ export class PermitSlots<C extends SlotClaim> {
    * Reads the holders' parent and, with a slot free, takes it if nobody waits: deleting the queue parent fails with
    * NotEmpty if anyone waits, so the check and the take are one step. `again` after a lost race (the slot was
    * taken meanwhile, the parents went or were made by someone else); `queued` when someone waits or every slot is
-   * held.
+   * held; `foreign` for a queue parent with data or another ACL.
+   *
+   * The queue parent is made again empty, with the open ACL, at MADE_VERSION (as a lock's try makes its parent), and
+   * deleted only at that version: one made by someone else or written since refuses with BadVersion and loses
+   * nothing. It is then read (`getACL`, one request): a plain one is deleted at the version read, any other left.
    */
   async tryTake(claim: C, session: Session): Promise<Taken> {
+    const taken = await this.#tryTakeAt(claim, session, MADE_VERSION);
+    if (taken !== 'version') return taken;
+    const look = await lookAtParent(session, claim.parent);
+    if (look === 'foreign') return 'foreign';
+    if (look === 'missing') return 'again';
+    const again = await this.#tryTakeAt(claim, session, look.version);
+    // Written again between the read and the take: the next round reads it anew.
+    return again === 'version' ? 'again' : again;
+  }
+
+  async #tryTakeAt(claim: C, session: Session, version: number): Promise<Refused> {
     const held = await childrenOf(session, claim.slots);
-    if (held === undefined) return this.#setUp(claim, session);
+    if (held === undefined) return this.#setUp(claim, session, version);
     const slot = freeSlot(held, claim.permits);
     if (slot === undefined) return 'queued';
-    return this.take(claim, session, slot, [
-      { op: 'remove', path: claim.parent },
-      { op: 'create', path: claim.parent, data: EMPTY, mode: CREATE_MODE.PERSISTENT },
+    // Without it, no queue parent is at the version a take deletes: all are kept, as one with data or another ACL.
+    if (!this.#canStamp(session)) return 'foreign';
+    return this.#take(claim, session, slot, [
+      { op: 'remove', path: claim.parent, version: deleteVersion(version) },
+      ...madeParent(claim.parent),
     ]);
   }
 
@@ -93,6 +126,19 @@ export class PermitSlots<C extends SlotClaim> {
     before: readonly MultiOp[],
     refused?: (failed: number, code: number | undefined) => void,
   ): Promise<Taken> {
+    const taken = await this.#take(claim, session, slot, before, refused);
+    // Only a delete of the queue parent names a version, and only `tryTake`'s: never here.
+    if (taken === 'version') throw new TransportError(`ZooKeeper refused to take slot ${slot} (bad version)`);
+    return taken;
+  }
+
+  async #take(
+    claim: C,
+    session: Session,
+    slot: number,
+    before: readonly MultiOp[],
+    refused?: (failed: number, code: number | undefined) => void,
+  ): Promise<Refused> {
     const path = `${claim.slots}/${slot}`;
     this.#assertMulti(session);
     const ops: MultiOp[] = [
@@ -129,14 +175,18 @@ export class PermitSlots<C extends SlotClaim> {
     if (outcome.code === ZK_ERROR.NOT_EMPTY && failedOp?.op === 'remove' && failedOp.path === claim.parent) {
       return 'queued';
     }
+    if (
+      outcome.code === ZK_ERROR.BAD_VERSION &&
+      failedOp?.op === 'remove' &&
+      failedOp.path === claim.parent
+    ) {
+      return 'version';
+    }
     if (outcome.code === ZK_ERROR.NO_NODE && failedOp?.op === 'remove' && failedOp.path === claim.parent) {
       // The holders' parent without the queue parent (deleted by hand): make it, then look again. Only while the
       // holders' parent is there, in the same step: both may have gone to another limit since the listing, and a
       // queue parent made beside that limit's pair would be a stray one (the sweep of idle semaphores skips those).
-      await session.multi([
-        { op: 'check', path: claim.slots },
-        { op: 'create', path: claim.parent, data: EMPTY, mode: CREATE_MODE.PERSISTENT },
-      ]);
+      await session.multi([{ op: 'check', path: claim.slots }, ...this.#madeParent(session, claim.parent)]);
       return 'again';
     }
     if (outcome.code === ZK_ERROR.NODE_EXISTS || outcome.code === ZK_ERROR.NO_NODE) return 'again';
@@ -217,7 +267,7 @@ export class PermitSlots<C extends SlotClaim> {
    * of another limit in the same `multi`. Those are deleted only if empty, so a semaphore in use with another limit
    * refuses with `PermitsMismatchError`.
    */
-  async #setUp(claim: C, session: Session): Promise<Taken> {
+  async #setUp(claim: C, session: Session, version: number): Promise<Refused> {
     const { semaphore, permits } = claim;
     const children = await childrenOf(session, semaphore);
     const ops: MultiOp[] = [];
@@ -231,16 +281,23 @@ export class PermitSlots<C extends SlotClaim> {
         if (limit === undefined) continue;
         const path = `${semaphore}/${child}`;
         if (path === claim.slots) return 'again'; // made by someone else since the read
-        // The queue parent without its holders' parent (deleted by hand) is re-made, empty or NotEmpty as any take.
-        ops.push({ op: 'remove', path });
+        // The queue parent without its holders' parent (deleted by hand) is re-made, empty or NotEmpty as any take
+        // (and kept, with BadVersion, as any take keeps it).
+        ops.push(
+          path === claim.parent
+            ? { op: 'remove', path, version: deleteVersion(version) }
+            : { op: 'remove', path },
+        );
         if (limit !== permits) others.push(limit);
       }
     }
-    ops.push(
-      { op: 'create', path: claim.parent, data: EMPTY, mode: CREATE_MODE.PERSISTENT },
-      { op: 'create', path: claim.slots, data: EMPTY, mode: CREATE_MODE.PERSISTENT },
-    );
-    return this.take(claim, session, 0, ops, (failed, code) => {
+    ops.push(...this.#madeParent(session, claim.parent), {
+      op: 'create',
+      path: claim.slots,
+      data: EMPTY,
+      mode: CREATE_MODE.PERSISTENT,
+    });
+    return this.#take(claim, session, 0, ops, (failed, code) => {
       const op = ops[failed];
       if (code === ZK_ERROR.NOT_EMPTY && op?.op === 'remove' && op.path !== claim.parent) {
         const other = limitOf(op.path.slice(semaphore.length + 1)) ?? others[0] ?? 0;
@@ -261,6 +318,22 @@ export class PermitSlots<C extends SlotClaim> {
 
   #handOver(session: Session, path: string, attemptId: string): void {
     this.#cleanup.handOverChecked(session, path, (read) => isOurs(read, session, attemptId));
+  }
+
+  /** A queue parent made at MADE_VERSION (see `tryTake`), or at 0 by a client whose transactions cannot write data. */
+  #madeParent(session: Session, path: string): MultiOp[] {
+    const ops = madeParent(path);
+    return this.#canStamp(session) ? ops : ops.slice(0, 1);
+  }
+
+  /** Once per client, as `#assertMulti`. */
+  #canStamp(session: Session): boolean {
+    let can = this.#stamps.get(session.client);
+    if (can === undefined) {
+      can = typeof session.client.transaction().setData === 'function';
+      this.#stamps.set(session.client, can);
+    }
+    return can;
   }
 
   /** Once per client: a transaction object is made only to look at it. */

@@ -24,7 +24,17 @@ import { type GrantRecord, Grants } from './grants.js';
 import type { ParentUse } from './housekeeping.js';
 import { attemptPrefix, isNodeOfAttempt, lockParentPath, queueOrder } from './keys.js';
 import { encodeNodeData, QueueNodeData } from './node-data.js';
-import { childrenOf, createLockParent, EMPTY, isOpenAcl, nodesAt, removeNode } from './node-ops.js';
+import {
+  childrenOf,
+  createLockParent,
+  deleteVersion,
+  lookAtParent,
+  MADE_VERSION,
+  madeParent,
+  nodesAt,
+  type ParentLook,
+  removeNode,
+} from './node-ops.js';
 import { predecessorGone, Waits } from './waits.js';
 import {
   isConnectionLoss,
@@ -60,16 +70,6 @@ const noop = (): void => {};
 const ALONE_ROUNDS = 4;
 /** Plain parents remembered beyond those in use before the ones no longer in use are forgotten. */
 const PLAIN_PARENTS_KEPT = 1_000;
-/**
- * The data version of a lock parent a try made: created and written once (empty) in the same multi. A try deletes a
- * parent it knows nothing of at this version only, so one made by someone else (with data or another ACL, at
- * version 0) or written since (setData) is read first. node-zookeeper-client sends version 0 as -1 (any version).
- */
-const MADE_VERSION = 1;
-
-/** What a lock parent's ACL read showed: no node, one a try may delete (at this version), or one it must not. */
-type ParentLook = 'missing' | 'foreign' | { readonly version: number };
-
 /**
  * ZooKeeper's lock recipe as core's queue driver. A contender creates an ephemeral sequential node under the lock's
  * parent; the lowest sequence number holds the lock; every other contender watches only the node just before its
@@ -248,9 +248,8 @@ export class ZooKeeperProtocol implements QueueDriver<Claim, Wait> {
       data: this.#nodeData.of(claim.request),
       mode: CREATE_MODE.EPHEMERAL_SEQUENTIAL,
     };
-    const makeParent: MultiOp = { op: 'create', path: parent, data: EMPTY, mode: CREATE_MODE.PERSISTENT };
     // Leaves the new parent at MADE_VERSION, which no parent made with data or another ACL has.
-    const stampParent: MultiOp = { op: 'setData', path: parent, data: EMPTY };
+    const makeParent = madeParent(parent);
     // No parent yet (a new name, or one swept when idle): nobody holds it, and making it is the check.
     let missing = false;
     // Whether the parent's ACL and stat must be read before the next multi: it was not at the version guessed.
@@ -272,13 +271,8 @@ export class ZooKeeperProtocol implements QueueDriver<Claim, Wait> {
       // an older dlock) is deleted at any version: only data written in the one round trip since the read is lost.
       const ops: readonly MultiOp[] =
         version === undefined
-          ? [makeParent, stampParent, node]
-          : [
-              { op: 'remove', path: parent, version: version > 0 ? version : -1 },
-              makeParent,
-              stampParent,
-              node,
-            ];
+          ? [...makeParent, node]
+          : [{ op: 'remove', path: parent, version: deleteVersion(version) }, ...makeParent, node];
       const made = session.multi(ops, (late) => {
         // Committed after the call gave up on it: an orphan holding the lock, unless deleted.
         const path = late.ok ? late.paths[ops.length - 1] : undefined;
@@ -365,21 +359,13 @@ export class ZooKeeperProtocol implements QueueDriver<Claim, Wait> {
     return this.#standing(claim, session, children);
   }
 
-  /**
-   * Reads a lock parent's ACL and stat (one request, when the parent was not at the version expected): a try
-   * deletes and re-creates only a parent with no data and the open ACL dlock gives its nodes, or those would be
-   * lost. Foreign too when the client cannot read ACLs or the stat has no version: the ordinary create leaves the
-   * parent alone. Remembered only at a version other than MADE_VERSION, which a try expects of one it does not know.
-   */
+  /** {@link lookAtParent}, remembered only at a version other than MADE_VERSION, which a try expects otherwise. */
   async #lookAtParent(session: Session, parent: string): Promise<ParentLook> {
-    if (typeof session.client.getACL !== 'function') return 'foreign';
-    const read = await session.getACL(parent);
-    if (read === null) return 'missing';
-    const { acls, stat } = read;
-    if (!isOpenAcl(acls) || stat.dataLength !== 0 || stat.version === undefined) return 'foreign';
+    const look = await lookAtParent(session, parent);
     // Not at 0, which a transaction cannot name: such a parent is read again before each delete.
-    if (stat.version !== MADE_VERSION && stat.version > 0) this.#rememberPlain(parent, stat.version);
-    return { version: stat.version };
+    if (typeof look === 'object' && look.version !== MADE_VERSION && look.version > 0)
+      this.#rememberPlain(parent, look.version);
+    return look;
   }
 
   #rememberPlain(parent: string, version: number): void {

@@ -62,7 +62,8 @@ const MAX_ROUNDS = 8;
  *   stale limit fails with NoNode: no two limits are ever in use together.
  * - A newcomer takes a free slot at once only if nobody waits, in one `multi` that deletes and re-creates the empty
  *   queue parent (NotEmpty if someone queued) and creates the slot node: the check and the take are atomic, so a
- *   `tryAcquire` never overtakes a waiter (`permit-slots.ts`).
+ *   `tryAcquire` never overtakes a waiter (`permit-slots.ts`). Only a queue parent as a take leaves it (empty, open
+ *   ACL, data version 1) is deleted; one with data or another ACL is kept, and a newcomer queues there first.
  * - Otherwise it queues. Only the first waiter watches the holders' parent; every later one watches its
  *   predecessor, so a release wakes one process. The first waiter takes the freed slot and deletes its queue node
  *   in one `multi`.
@@ -124,19 +125,24 @@ export class ZooKeeperSemaphoreProtocol implements QueueDriver<PermitClaim, Perm
     this.#deps.semaphores.use(claim.semaphore);
     claim.usesSemaphore = true;
     session.hold(claim);
+    // A queue parent with data or another ACL, which the take does not delete: a slot is taken from the head of the
+    // queue only, even by a caller that does not wait (its node is deleted again if it is behind; see README).
+    let foreign = false;
     for (let round = 0; ; round++) {
-      if (round < MAX_ROUNDS) {
+      if (round < MAX_ROUNDS && !foreign) {
         const taken = await this.slots.tryTake(claim, session);
         if (typeof taken === 'object') return { kind: 'first', grant: taken.grant };
         if (taken === 'again') continue;
+        foreign = taken === 'foreign';
       }
-      if (!queue) return { kind: 'behind', wait: { slots: claim.slots } };
+      if (!queue && !foreign) return { kind: 'behind', wait: { slots: claim.slots } };
       const entry = await createQueueNode(session, claim, slotData(claim), {
         cleanup: this.#deps.cleanup,
         noParent: async () => false,
         recoverListing: true,
       });
       if (entry) return this.#standing(claim, session, await entry.children);
+      foreign = false;
       // The limit's parents went (swept, or switched to another limit) before the queue node was made: look again.
       if (round >= 2 * MAX_ROUNDS)
         throw new TransportError(`the semaphore ${claim.semaphore} keeps changing`);

@@ -1,83 +1,22 @@
-import { createRequire } from 'node:module';
 import { LockClient } from '@dlock/core';
 import { uniqueName, ZK_CONNECT } from '@dlock/test-utils';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  lockParentPath,
-  type ZooKeeperAclLike,
-  type ZooKeeperClientLike,
-  ZooKeeperLockService,
-} from '../src/index.js';
+import { lockParentPath, type ZooKeeperClientLike, ZooKeeperLockService } from '../src/index.js';
 import { childrenOf, connectedClient, countingClient, statOf } from './helpers.js';
+import { aclOf, CUSTOM_ACL, call, DATA, dataOf, makePath, type RawClient, rawOf } from './parent-nodes.js';
 
 // A try that does not wait deletes and re-creates the lock's parent (cd9287b); these check what that must keep.
 
-/** node-zookeeper-client's calls that the adapter's structural type leaves out: ACLs, and data at create. */
-interface RawClient {
-  create(
-    path: string,
-    data: Buffer,
-    acls: readonly object[],
-    mode: number,
-    cb: (error: unknown) => void,
-  ): void;
-  create(path: string, data: Buffer, mode: number, cb: (error: unknown) => void): void;
-  setData(path: string, data: Buffer, version: number, cb: (error: unknown) => void): void;
-  getData(path: string, cb: (error: unknown, data: Buffer | undefined) => void): void;
-  getACL(path: string, cb: (error: unknown, acls: readonly ZooKeeperAclLike[] | undefined) => void): void;
-  setACL(path: string, acls: readonly object[], version: number, cb: (error: unknown) => void): void;
-  close(): void;
-}
-
-interface ZooKeeperAclModule {
-  ACL: new (permission: number, id: object) => object;
-  Id: new (scheme: string, id: string) => object;
-  Permission: { ALL: number; READ: number };
-}
-
-const zk = createRequire(import.meta.url)('node-zookeeper-client') as ZooKeeperAclModule;
 const ROOT = '/dlock-test/try-parent';
 const TTL = 10_000;
-const DATA = Buffer.from('kept by someone else');
-/** Open to all, as dlock needs, and read for one address besides: not the ACL dlock would create. */
-const CUSTOM_ACL = [
-  new zk.ACL(zk.Permission.ALL, new zk.Id('world', 'anyone')),
-  new zk.ACL(zk.Permission.READ, new zk.Id('ip', '10.0.0.1')),
-];
 let like: ZooKeeperClientLike;
 let raw: RawClient;
 const toClose: { close(): unknown }[] = [];
 
-function call(fn: (cb: (error: unknown) => void) => void): Promise<void> {
-  return new Promise((resolve, reject) => fn((error) => (error ? reject(error) : resolve())));
-}
-
-function dataOf(path: string): Promise<Buffer | undefined> {
-  return new Promise((resolve, reject) =>
-    raw.getData(path, (error, data) => (error ? reject(error) : resolve(data))),
-  );
-}
-
-function aclOf(path: string): Promise<{ scheme: string; id: string; permission: number }[]> {
-  return new Promise((resolve, reject) =>
-    raw.getACL(path, (error, acls) =>
-      error
-        ? reject(error)
-        : resolve((acls ?? []).map((a) => ({ scheme: a.id.scheme, id: a.id.id, permission: a.permission }))),
-    ),
-  );
-}
-
-async function makeRoot(): Promise<void> {
-  for (const path of ['/dlock-test', ROOT]) {
-    await call((cb) => raw.create(path, Buffer.alloc(0), 0, cb)).catch(() => undefined);
-  }
-}
-
 beforeAll(async () => {
   like = await connectedClient(ZK_CONNECT);
-  raw = like as unknown as RawClient;
-  await makeRoot();
+  raw = rawOf(like);
+  await makePath(raw, ROOT);
 });
 
 afterAll(async () => {
@@ -103,7 +42,7 @@ describe("a try that does not wait keeps a lock parent's data and ACL", () => {
       expect(handle).not.toBeNull();
       await handle?.release();
     }
-    expect(await dataOf(parent)).toEqual(DATA);
+    expect(await dataOf(raw, parent)).toEqual(DATA);
   });
 
   it('keeps data written to a parent after the service made it (the delete is at the version it saw)', async () => {
@@ -117,7 +56,7 @@ describe("a try that does not wait keeps a lock parent's data and ACL", () => {
       expect(handle).not.toBeNull();
       await handle?.release();
     }
-    expect(await dataOf(parent)).toEqual(DATA);
+    expect(await dataOf(raw, parent)).toEqual(DATA);
     expect(await childrenOf(like, parent)).toEqual([]);
   });
 
@@ -126,14 +65,14 @@ describe("a try that does not wait keeps a lock parent's data and ACL", () => {
     const name = uniqueName('custom-acl');
     const parent = lockParentPath(ROOT, name);
     await call((cb) => raw.create(parent, Buffer.alloc(0), CUSTOM_ACL, 0, cb));
-    const before = await aclOf(parent);
+    const before = await aclOf(raw, parent);
     expect(before).toHaveLength(2);
     for (let i = 0; i < 3; i++) {
       const handle = await client.tryAcquire(name, { ttlMs: TTL });
       expect(handle).not.toBeNull();
       await handle?.release();
     }
-    expect(await aclOf(parent)).toEqual(before);
+    expect(await aclOf(raw, parent)).toEqual(before);
   });
 
   it('keeps an ACL set on a parent a try made once its data was written too (the version moves)', async () => {
@@ -143,13 +82,13 @@ describe("a try that does not wait keeps a lock parent's data and ACL", () => {
     await (await client.acquire(name, { ttlMs: TTL, waitMs: 0 }))?.release(); // the multi makes the parent
     await call((cb) => raw.setACL(parent, CUSTOM_ACL, -1, cb));
     await call((cb) => raw.setData(parent, Buffer.alloc(0), -1, cb));
-    const before = await aclOf(parent);
+    const before = await aclOf(raw, parent);
     for (let i = 0; i < 3; i++) {
       const handle = await client.tryAcquire(name, { ttlMs: TTL });
       expect(handle).not.toBeNull();
       await handle?.release();
     }
-    expect(await aclOf(parent)).toEqual(before);
+    expect(await aclOf(raw, parent)).toEqual(before);
   });
 
   it('close() deletes the idle parents a try used only if they have no data and the open ACL', async () => {
@@ -172,8 +111,8 @@ describe("a try that does not wait keeps a lock parent's data and ACL", () => {
     }
     await client.close();
     await service.close();
-    expect(await dataOf(withData)).toEqual(DATA);
-    expect(await aclOf(withAcl)).toHaveLength(2);
+    expect(await dataOf(raw, withData)).toEqual(DATA);
+    expect(await aclOf(raw, withAcl)).toHaveLength(2);
     expect(await statOf(like, lockParentPath(ROOT, names.plain))).toBeNull();
   });
 

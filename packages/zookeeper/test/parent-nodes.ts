@@ -1,0 +1,74 @@
+import { createRequire } from 'node:module';
+import type { ZooKeeperAclLike, ZooKeeperClientLike } from '../src/index.js';
+
+// What someone else may do to a parent in dlock's prefix (data at create, setData, ACLs), for the tests that check
+// a try, a take or a sweep keeps it.
+
+/** node-zookeeper-client's calls that the adapter's structural type leaves out: ACLs, and data at create. */
+export interface RawClient {
+  create(
+    path: string,
+    data: Buffer,
+    acls: readonly object[],
+    mode: number,
+    cb: (error: unknown) => void,
+  ): void;
+  create(path: string, data: Buffer, mode: number, cb: (error: unknown) => void): void;
+  setData(path: string, data: Buffer, version: number, cb: (error: unknown) => void): void;
+  getData(path: string, cb: (error: unknown, data: Buffer | undefined) => void): void;
+  getACL(path: string, cb: (error: unknown, acls: readonly ZooKeeperAclLike[] | undefined) => void): void;
+  setACL(path: string, acls: readonly object[], version: number, cb: (error: unknown) => void): void;
+  close(): void;
+}
+
+interface ZooKeeperAclModule {
+  ACL: new (permission: number, id: object) => object;
+  Id: new (scheme: string, id: string) => object;
+  Permission: { ALL: number; READ: number };
+}
+
+const zk = createRequire(import.meta.url)('node-zookeeper-client') as ZooKeeperAclModule;
+
+export const DATA = Buffer.from('kept by someone else');
+/** Open to all, as dlock needs, and read for one address besides: not the ACL dlock would create. */
+export const CUSTOM_ACL = [
+  new zk.ACL(zk.Permission.ALL, new zk.Id('world', 'anyone')),
+  new zk.ACL(zk.Permission.READ, new zk.Id('ip', '10.0.0.1')),
+];
+
+export function rawOf(client: ZooKeeperClientLike): RawClient {
+  return client as unknown as RawClient;
+}
+
+export function call(fn: (cb: (error: unknown) => void) => void): Promise<void> {
+  return new Promise((resolve, reject) => fn((error) => (error ? reject(error) : resolve())));
+}
+
+export function dataOf(raw: RawClient, path: string): Promise<Buffer | undefined> {
+  return new Promise((resolve, reject) =>
+    raw.getData(path, (error, data) => (error ? reject(error) : resolve(data))),
+  );
+}
+
+export function aclOf(
+  raw: RawClient,
+  path: string,
+): Promise<{ scheme: string; id: string; permission: number }[]> {
+  return new Promise((resolve, reject) =>
+    raw.getACL(path, (error, acls) =>
+      error
+        ? reject(error)
+        : resolve((acls ?? []).map((a) => ({ scheme: a.id.scheme, id: a.id.id, permission: a.permission }))),
+    ),
+  );
+}
+
+/** Creates the nodes of `path` that are missing, empty and open. */
+export async function makePath(raw: RawClient, path: string): Promise<void> {
+  const segments = path.slice(1).split('/');
+  for (let i = 1; i <= segments.length; i++) {
+    await call((cb) => raw.create(`/${segments.slice(0, i).join('/')}`, Buffer.alloc(0), 0, cb)).catch(
+      () => undefined,
+    );
+  }
+}
