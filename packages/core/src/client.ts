@@ -940,8 +940,8 @@ export class LockClient {
         this.#emitReleased(handle, startedAt, deleted === false ? 'not-found' : 'deleted', undefined);
         // The service found nothing of this grant to delete although its window was open: the lock had already
         // been taken from it (deleted by hand, a failover, a server clock jump). The release happened; a clean end
-        // did not.
-        if (deleted === false && !handle.releasedByClose) {
+        // did not. (close() releases through #releaseOnClose, which reports not-found without a loss.)
+        if (deleted === false) {
           throw new LockLostError(handle.resource, handle.fencingToken, 'rejected');
         }
       },
