@@ -167,3 +167,28 @@ export class FenceBrokenError extends FencingError {
     super(text(message), options);
   }
 }
+
+/**
+ * A driver's {@link FenceBrokenError} for a callback that ended the transaction the gate opened (`how`: the ways it
+ * can end on that driver): what ran after that was not fenced, and the gate rolled back what was still open.
+ */
+export function transactionEndedError(resource: string, how: string, cause?: unknown): FenceBrokenError {
+  return new FenceBrokenError(
+    resource,
+    'transaction-ended',
+    `the callback ended the transaction fenced on "${resource}" itself (${how}): what ran after that was not ` +
+      'fenced, so the gate rolled back what was still open instead of committing',
+    cause === undefined ? undefined : { cause },
+  );
+}
+
+/** A driver's {@link FenceBrokenError} for a callback that went on after a failed statement: nothing was committed. */
+export function rolledBackError(resource: string, cause?: unknown): FenceBrokenError {
+  return new FenceBrokenError(
+    resource,
+    'rolled-back',
+    `transaction fenced on "${resource}" was rolled back: a statement in the callback failed and the callback ` +
+      'went on, so nothing was committed',
+    cause === undefined ? undefined : { cause },
+  );
+}

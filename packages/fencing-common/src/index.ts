@@ -7,7 +7,9 @@ export {
   type FencingErrorCode,
   InvalidArgumentError,
   isDLockError,
+  rolledBackError,
   StaleFencingTokenError,
+  transactionEndedError,
 } from './errors.js';
 export {
   errorProperty,

@@ -1,9 +1,10 @@
 import {
   errorProperty,
-  FenceBrokenError,
   type FenceCall,
   markFromRows,
+  rolledBackError,
   type TransactionDriver,
+  transactionEndedError,
 } from '@dlock/fencing-common';
 import { CompiledQuery, type Kysely, type Transaction } from 'kysely';
 import type { FencingDialect, FencingDialectSql } from './dialect/dialect.js';
@@ -68,14 +69,18 @@ export function kyselyDriver<DB>(gate: Gate): TransactionDriver<Kysely<DB>, Tran
         })
         .catch((error: unknown) => {
           if (typeof error === 'object' && error !== null && KYSELY_ABORTED in error)
-            throw rolledBack(call, error);
+            throw rolledBackError(call.resource, error);
           throw error;
         });
     },
   };
 }
 
-/** Throws {@link FenceBrokenError} unless `trx` is still in the transaction whose guard passed. */
+/** How a callback can end the fenced transaction through Kysely, for {@link transactionEndedError}. */
+const KYSELY_HOW =
+  'COMMIT or ROLLBACK on its trx, an implicit commit such as DDL on MySQL, or a deadlock that rolled it back';
+
+/** Throws a `FenceBrokenError` unless `trx` is still in the transaction whose guard passed. */
 async function confirmSameTransaction<DB>(
   dialect: FencingDialect,
   trx: Transaction<DB>,
@@ -90,10 +95,10 @@ async function confirmSameTransaction<DB>(
         ?.txid;
     } catch (error) {
       // PostgreSQL refuses every statement in a failed transaction: the callback swallowed a failed statement.
-      if (errorProperty(error, 'code') === '25P02') throw rolledBack(call, error);
+      if (errorProperty(error, 'code') === '25P02') throw rolledBackError(call.resource, error);
       throw error;
     }
-    if (fenced !== undefined && current !== fenced) throw endedByCallback(call);
+    if (fenced !== undefined && current !== fenced) throw transactionEndedError(call.resource, KYSELY_HOW);
     return;
   }
   try {
@@ -104,29 +109,8 @@ async function confirmSameTransaction<DB>(
       // Fails harmlessly when the callback already began a transaction again.
       await trx.executeQuery(CompiledQuery.raw(check.reopen)).catch(() => undefined);
     }
-    throw endedByCallback(call, error);
+    throw transactionEndedError(call.resource, KYSELY_HOW, error);
   }
-}
-
-function endedByCallback(call: FenceCall, cause?: unknown): FenceBrokenError {
-  return new FenceBrokenError(
-    call.resource,
-    'transaction-ended',
-    `the transaction fenced on "${call.resource}" ended inside the callback (COMMIT or ROLLBACK on its trx, an ` +
-      'implicit commit such as DDL on MySQL, or a deadlock that rolled it back): what ran after that was not ' +
-      'fenced, so the gate rolled back what was still open instead of committing',
-    cause === undefined ? undefined : { cause },
-  );
-}
-
-function rolledBack(call: FenceCall, cause: unknown): FenceBrokenError {
-  return new FenceBrokenError(
-    call.resource,
-    'rolled-back',
-    `transaction fenced on "${call.resource}" was rolled back: a statement in the callback failed and the ` +
-      'callback went on, so nothing was committed',
-    { cause },
-  );
 }
 
 /** What a statement binds for `resource` on `dialect`: the string, or what the dialect sends in its place. */

@@ -1,12 +1,13 @@
 import {
   classifyPostgresError,
   errorProperty,
-  FenceBrokenError,
   type FenceCall,
   InvalidArgumentError,
   markFromRows,
   postgresLockTimeout,
+  rolledBackError,
   type TransactionDriver,
+  transactionEndedError,
 } from '@dlock/fencing-common';
 import { isPool, type PgClientLike, type PgQueryable, type PgQueryResultLike } from './client-like.js';
 import type { FencingSql } from './sql.js';
@@ -79,6 +80,9 @@ const fencedTransactions = new WeakMap<PgClientLike, string>();
 /** Put in the check's failure so that failure cannot be mistaken for another 22P02. */
 const ENDED = 'dlock: the fenced transaction was ended inside the callback';
 
+/** How a callback can end the fenced transaction on node-postgres, for {@link transactionEndedError}. */
+const PG_HOW = 'COMMIT or ROLLBACK on its client';
+
 /**
  * The check and COMMIT in one simple-protocol round trip. When the transaction is no longer the one the guard ran
  * in (the callback sent COMMIT or ROLLBACK and then BEGIN), the cast fails, PostgreSQL skips the COMMIT that
@@ -89,26 +93,6 @@ function commitIfStillFenced(txid: string | undefined): string {
   // The id comes from the server; checked anyway, because it is spliced into SQL text.
   if (txid === undefined || !/^[0-9]{1,20}$/.test(txid)) return 'COMMIT';
   return `SELECT (CASE WHEN txid_current() = ${txid} THEN '0' ELSE '${ENDED}' END)::int; COMMIT`;
-}
-
-function endedByCallback(resource: string, cause?: unknown): FenceBrokenError {
-  return new FenceBrokenError(
-    resource,
-    'transaction-ended',
-    `the callback ended the transaction fenced on "${resource}" itself (COMMIT or ROLLBACK on its client): ` +
-      'what it ran after that was not fenced, so the gate rolled back what was still open instead of committing',
-    cause === undefined ? undefined : { cause },
-  );
-}
-
-function rolledBack(resource: string, cause?: unknown): FenceBrokenError {
-  return new FenceBrokenError(
-    resource,
-    'rolled-back',
-    `transaction fenced on "${resource}" was rolled back: a statement in the callback failed and the callback ` +
-      'went on, so nothing was committed',
-    cause === undefined ? undefined : { cause },
-  );
 }
 
 /** What the commit query answered: pg gives one result per statement when the text holds several. */
@@ -135,16 +119,16 @@ async function inTransaction<T>(
     // unlocked early and the callback's later statements ran in autocommit, unfenced. pg reads the status from
     // the ReadyForQuery that settled the last query, so after a statement that succeeded it is current. A callback
     // that began again afterwards leaves the client in a transaction: the check sent with COMMIT catches that.
-    if (transactionStatus(client) === 'I') throw endedByCallback(resource);
+    if (transactionStatus(client) === 'I') throw transactionEndedError(resource, PG_HOW);
     try {
       commit = lastResult(await client.query(commitIfStillFenced(fencedTransactions.get(client))));
     } catch (error) {
       const code = errorProperty(error, 'code');
       if (code === '22P02' && error instanceof Error && error.message.includes(ENDED)) {
-        throw endedByCallback(resource, error);
+        throw transactionEndedError(resource, PG_HOW, error);
       }
       // The check met a transaction that had already failed: the callback swallowed a failed statement.
-      if (code === '25P02') throw rolledBack(resource, error);
+      if (code === '25P02') throw rolledBackError(resource, error);
       throw error;
     }
   } catch (error) {
@@ -160,7 +144,7 @@ async function inTransaction<T>(
   }
   // PostgreSQL answers COMMIT of a failed transaction with a ROLLBACK tag and no error, which is what happens
   // when `body` catches a query error and returns normally. Reporting success would be a lie.
-  if (commit?.command === 'ROLLBACK') throw rolledBack(resource);
+  if (commit?.command === 'ROLLBACK') throw rolledBackError(resource);
   return value;
 }
 
