@@ -61,14 +61,19 @@ export function isPool(db: PgQueryable): db is PgPoolLike {
 }
 
 /**
- * True for something with `connect()` that is neither a pool (no numeric `idleCount`) nor recognisably a client:
- * `pg.Client` has `processID` (and `getTransactionStatus` since 8.23), pg-native's client `_connected`. A pool
- * wrapper that dropped `idleCount` would otherwise be taken for a client, and each of the gate's statements could
- * run on another pooled connection: the guard in autocommit, fencing nothing, while the call reports success.
+ * True for a handle that is one connection as far as its shape says: a pool client (`release`), `pg.Client`
+ * (`processID`; `getTransactionStatus` since 8.23), pg-native's client (`_connected`), or a wrapper that passes
+ * `getTransactionStatus` on. Anything else may be a pool behind a wrapper (one that dropped `idleCount`, or kept only
+ * `query`): each of the gate's statements could then run on another pooled connection, the guard in autocommit,
+ * fencing nothing, while the call reports success.
  */
-export function isUnrecognisedPool(db: PgQueryable): boolean {
-  const handle = db as Partial<Record<'connect' | 'release' | 'getTransactionStatus', unknown>>;
-  if (typeof handle.connect !== 'function' || typeof handle.release === 'function' || isPool(db))
-    return false;
-  return !('processID' in db) && !('_connected' in db) && typeof handle.getTransactionStatus !== 'function';
+export function isRecognisedClient(db: PgQueryable): boolean {
+  const handle = db as Partial<Record<'release' | 'getTransactionStatus', unknown>>;
+  if (isPool(db)) return false;
+  return (
+    typeof handle.release === 'function' ||
+    typeof handle.getTransactionStatus === 'function' ||
+    'processID' in db ||
+    '_connected' in db
+  );
 }

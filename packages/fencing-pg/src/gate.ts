@@ -17,7 +17,7 @@ import {
 } from '@dlock/fencing-common';
 import {
   isPool,
-  isUnrecognisedPool,
+  isRecognisedClient,
   type NotAPool,
   type PgClientLike,
   type PgPoolClientLike,
@@ -260,12 +260,15 @@ function assertQueryable(db: unknown, field: string): asserts db is PgQueryable 
   }
 }
 
-/** For the verbs whose statements must share one connection: a pool the gate cannot recognise is refused. */
+/** For the verbs whose statements must share one connection: a handle the gate cannot recognise is refused. */
 function assertRecognisable(db: PgQueryable, field: string): void {
-  if (isUnrecognisedPool(db)) {
-    throw new InvalidArgumentError(
-      field,
-      'has connect() but is neither a pg.Pool (numeric idleCount) nor a pg Client; pass the pool itself or a client',
-    );
-  }
+  if (isPool(db) || isRecognisedClient(db)) return;
+  const what =
+    typeof (db as { connect?: unknown }).connect === 'function'
+      ? 'has connect() but is neither a pg.Pool (numeric idleCount) nor a pg Client'
+      : 'has query() but nothing that shows it is one connection (release, getTransactionStatus or processID)';
+  throw new InvalidArgumentError(
+    field,
+    `${what}: its statements might not share one connection; pass the pool itself or a client`,
+  );
 }

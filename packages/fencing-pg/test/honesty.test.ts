@@ -301,6 +301,45 @@ describe('one client, two runFenced calls at once', () => {
 });
 
 describe('a pool the gate cannot recognise', () => {
+  it('is refused when the wrapper kept only query (no connect, nothing a client has)', async () => {
+    // `{ query }` over a pool: each statement may take another pooled connection, so runFenced's BEGIN can leave a
+    // connection idle in a transaction for the next user and checkFence's guard commits on its own, fencing
+    // nothing, while both calls report success. Nothing in its shape says it is one connection.
+    let queries = 0;
+    const wrapper = {
+      query: (text: string, values?: unknown[]) => {
+        queries++;
+        return pool.query(text, values);
+      },
+    };
+    const r = fresh();
+    for (const call of [
+      () => gate.runFenced(wrapper, r, 5n, async () => 'looks fine'),
+      () => gate.checkFence(wrapper, r, 5n),
+    ]) {
+      const error = await rejection(call());
+      expect(error).toBeInstanceOf(InvalidArgumentError);
+      expect(error).toMatchObject({
+        code: 'INVALID_ARGUMENT',
+        message: expect.stringMatching(/one connection/),
+      });
+    }
+    expect(queries).toBe(0);
+    expect(await gate.highWaterMark(pool, r)).toBeNull();
+    // A plain-object wrapper of one client passes once it says what a client says (its transaction status).
+    const client = await newClient();
+    try {
+      const wrapped: PgClientLike = {
+        query: (text: string, values?: unknown[]) => client.query(text, values),
+        getTransactionStatus: () => client.getTransactionStatus(),
+      };
+      expect(await gate.runFenced(wrapped, r, 5n, async () => 'ok')).toBe('ok');
+    } finally {
+      await client.end();
+    }
+    expect(await gate.highWaterMark(pool, r)).toBe(5n);
+  });
+
   it('is refused by runFenced and checkFence instead of being used as one connection', async () => {
     // A wrapper that kept query and connect but not idleCount: each of its queries may take another connection,
     // so a guard sent through it commits in autocommit and fences nothing.
