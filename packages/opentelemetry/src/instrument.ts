@@ -4,6 +4,7 @@ import { textOf } from '@dlock/core/adapter';
 import {
   type Attributes,
   context,
+  createNoopMeter,
   diag,
   type MeterProvider,
   metrics,
@@ -193,23 +194,33 @@ function safely<T>(record: () => T): T | undefined {
 }
 
 /**
- * The instruments of `provider`; without one, of the global provider as it is at each call. The metrics API has no
- * proxy provider (the trace API has): instruments taken from it before an SDK registers are no-ops for good, so an
- * `instrument()` called before the SDK started would record nothing, silently. A provider change makes new instruments.
+ * The instruments of `provider`; without one, of the global provider. The metrics API has no proxy provider (the
+ * trace API has): instruments taken from it before an SDK registers are no-ops for good, so an `instrument()` called
+ * before the SDK started would record nothing, silently. Until a provider other than the API's no-op is registered,
+ * each record looks the global provider up again; the first real one is then kept, as the trace API's proxy keeps
+ * its delegate, and no later record looks it up.
  */
 function meterInstruments(provider: MeterProvider | undefined): () => Instruments {
   if (provider !== undefined) {
     const fixed = createInstruments(provider.getMeter(SCOPE));
     return () => fixed;
   }
-  let current: { provider: MeterProvider; instruments: Instruments } | undefined;
+  let registered: Instruments | undefined;
+  let noop: { provider: MeterProvider; instruments: Instruments } | undefined;
   return () => {
+    if (registered !== undefined) return registered;
     const global = metrics.getMeterProvider();
-    if (current?.provider !== global)
-      current = { provider: global, instruments: createInstruments(global.getMeter(SCOPE)) };
-    return current.instruments;
+    if (noop?.provider === global) return noop.instruments;
+    const meter = global.getMeter(SCOPE);
+    const instruments = createInstruments(meter);
+    if (meter instanceof NoopMeter) noop = { provider: global, instruments };
+    else registered = instruments;
+    return instruments;
   };
 }
+
+/** The class of the API's no-op meter: what the global provider hands out while no SDK is registered. */
+const NoopMeter = createNoopMeter().constructor;
 
 /** The events' milliseconds as the histograms' seconds. */
 function seconds(ms: number): number {

@@ -7,7 +7,7 @@ import { trace } from '@opentelemetry/api';
 export interface InstrumentOptions {
   /**
    * Where the metrics go. Default: the global provider (`metrics.getMeterProvider()`), looked up when a metric is
-   * recorded, so an SDK registered after `instrument()` still gets them.
+   * recorded until an SDK has registered one (so an SDK registered after `instrument()` still gets them), then kept.
    */
   readonly meterProvider?: MeterProvider;
   /** Where the spans go. Default: the global provider (`trace.getTracerProvider()`). */
@@ -30,7 +30,7 @@ export interface InstrumentOptions {
 }
 
 export interface ResolvedOptions {
-  /** Absent: the global provider, read each time a metric is recorded (see `instrument`). */
+  /** Absent: the global provider, read when a metric is recorded until an SDK registered one (see `instrument`). */
   readonly meterProvider: MeterProvider | undefined;
   readonly tracerProvider: TracerProvider;
   readonly nameAttribute: ((name: string) => string | undefined) | undefined;

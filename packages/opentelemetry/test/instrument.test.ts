@@ -14,7 +14,7 @@ import {
   InMemorySpanExporter,
   SimpleSpanProcessor,
 } from '@opentelemetry/sdk-trace-base';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { instrument, METRICS as M, SPANS } from '../src/index.js';
 import { setup } from './otel.js';
 
@@ -97,6 +97,29 @@ describe('input', () => {
       expect((await points(M.holdDuration)).map((p) => p.attributes)).toHaveLength(1);
       stop();
     } finally {
+      metrics.disable();
+    }
+  });
+
+  it('the global MeterProvider is looked up only until an SDK has registered one', async () => {
+    const harness = setup();
+    harness.uninstrument();
+    const { client, clock, points, meterProvider } = harness;
+    const lookups = vi.spyOn(metrics, 'getMeterProvider');
+    try {
+      const stop = instrument(client, { clock });
+      await (await client.acquire('before', { ttlMs: TTL })).release();
+      // No SDK yet: each record looks again, or an SDK registered later would never get a point.
+      expect(lookups.mock.calls.length).toBeGreaterThan(0);
+      metrics.setGlobalMeterProvider(meterProvider);
+      await (await client.acquire('first', { ttlMs: TTL })).release();
+      lookups.mockClear();
+      for (let i = 0; i < 10; i++) await (await client.acquire(`after-${i}`, { ttlMs: TTL })).release();
+      expect(lookups).not.toHaveBeenCalled();
+      expect(await histogramCount(points, M.holdDuration)).toBe(11);
+      stop();
+    } finally {
+      lookups.mockRestore();
       metrics.disable();
     }
   });
@@ -190,4 +213,13 @@ function setupOn(client: LockClient) {
   harness.uninstrument();
   const stop = instrument(client, { meterProvider: harness.meterProvider });
   return { ...harness, stop };
+}
+
+/** How many values a histogram recorded, over all its data points. */
+async function histogramCount(
+  points: <V>(name: string) => Promise<{ value: V }[]>,
+  name: string,
+): Promise<number> {
+  const recorded = await points<{ count: number }>(name);
+  return recorded.reduce((sum, p) => sum + p.value.count, 0);
 }
