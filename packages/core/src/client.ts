@@ -634,7 +634,10 @@ export class LockClient {
             let extended = false;
             try {
               // Extended, or refused (the handle is then lost, and the next round takes the lock afresh).
-              extended = await unlessAborted(this.#scheduler.renewOne(current, ttlMs, false), signal);
+              extended = await unlessAborted(
+                this.#scheduler.renewOne(current, ttlMs, false, deadline + operationTimeoutMs),
+                signal,
+              );
               lastError = undefined;
             } catch (error) {
               if (signal.aborted) throw signal.reason;

@@ -38,7 +38,8 @@ export interface LockHandle extends AsyncDisposable {
   /**
    * Renews now. Resolves true when extended, false when the handle is no longer held (then without a network
    * call) or the service refused (the handle becomes Lost). Rejects with `TransportError` when the service could
-   * not be reached; that failure counts against `renewFailBudget`.
+   * not be reached; that failure counts against `renewFailBudget`. A renewal already in flight is not doubled:
+   * the call shares its answer.
    */
   renew(): Promise<boolean>;
   /**
@@ -86,7 +87,13 @@ export class Handle implements LockHandle {
   expiresAt: number;
   /** Monotonic time the next renewal is due. */
   renewDueAt: number;
-  renewInFlight = false;
+  /**
+   * The renewal in flight for this lease, if any: the outcomes of its batch, this handle's at `renewalIndex`, asked
+   * for `renewalTtlMs`. One at a time, so answers arrive in the order the service applied their requests.
+   */
+  renewal: Promise<readonly (boolean | Error)[]> | undefined;
+  renewalIndex = 0;
+  renewalTtlMs = 0;
   renewFailures = 0;
   /** The transport error of the last renewal, until one succeeds: the window closing after it means unreachable. */
   lastRenewError: Error | undefined;

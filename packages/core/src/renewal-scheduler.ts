@@ -87,16 +87,36 @@ export class RenewalScheduler {
    * Renews one handle now (manual `renew()`, a reentrant acquire), outside the batch. `ttlMs`: the TTL to ask for,
    * if not the handle's own (a reentrant acquire that asked for more); granted, it becomes the handle's.
    * `counted`: false for a reentrant acquire's renewal, whose transport failure is that acquire's alone: its retries
-   * must not spend the `renewFailBudget` of the holders already sharing the handle.
+   * must not spend the `renewFailBudget` of the holders already sharing the handle. `settleBy`: the monotonic time
+   * the caller's bound ends, which a renewal that first had to wait for another must not outlast.
+   *
+   * One renewal per lease is in flight at a time. Two at once could be applied by the service in one order and
+   * answered in the other, and the window kept here would then come from an answer the service overrode (a short
+   * renewal applied after a long one, answered first). A renewal already asking for enough is joined; one asking
+   * for less (a reentrant acquire wants more) is waited for, and this one goes out after its answer.
    */
-  async renewOne(handle: Handle, ttlMs = handle.ttlMs, counted = true): Promise<boolean> {
-    const [outcome] = await this.#renewBatch([handle], [ttlMs], counted);
-    if (outcome instanceof Error) throw outcome;
-    return outcome === true;
+  async renewOne(
+    handle: Handle,
+    ttlMs?: number,
+    counted = true,
+    settleBy = Number.POSITIVE_INFINITY,
+  ): Promise<boolean> {
+    while (handle.renewal !== undefined) {
+      const { renewal, renewalIndex } = handle;
+      if (handle.renewalTtlMs >= (ttlMs ?? handle.ttlMs)) return outcomeOf((await renewal)[renewalIndex]);
+      await renewal;
+    }
+    if (handle.state !== 'held') return false;
+    if (this.#deps.clock.monotonic() >= settleBy) {
+      throw new TransportError('renew: the renewal in flight before it took all of the time left');
+    }
+    // Never less than the handle's own TTL: its other holders asked for that, and it may have grown while waiting.
+    const wanted = Math.max(ttlMs ?? handle.ttlMs, handle.ttlMs);
+    return outcomeOf((await this.#renewBatch([handle], [wanted], counted, settleBy))[0]);
   }
 
   #nextWake(handle: Handle): number {
-    return handle.renewInFlight || !handle.renews
+    return handle.renewal !== undefined || !handle.renews
       ? handle.expiresAt
       : Math.min(handle.expiresAt, handle.renewDueAt);
   }
@@ -151,7 +171,7 @@ export class RenewalScheduler {
       if (
         handle.renews &&
         !this.#stopped &&
-        !handle.renewInFlight &&
+        handle.renewal === undefined &&
         handle.renewDueAt - now <= renewIntervalMs(handle.ttlMs) / 5
       )
         batch.push(handle);
@@ -166,14 +186,30 @@ export class RenewalScheduler {
   }
 
   /** Renews handles in one round trip; resolves per handle to true, false (refused) or the transport error. */
-  async #renewBatch(
+  #renewBatch(
     handles: readonly Handle[],
     ttls?: readonly number[],
     counted = true,
+    settleBy = Number.POSITIVE_INFINITY,
+  ): Promise<(boolean | Error)[]> {
+    const requests: RenewRequest[] = handles.map((h, i) => ({ lease: h.lease, ttlMs: ttls?.[i] ?? h.ttlMs }));
+    const done = this.#sendBatch(handles, requests, counted, settleBy);
+    for (let i = 0; i < handles.length; i += 1) {
+      const handle = handles[i]!;
+      handle.renewal = done;
+      handle.renewalIndex = i;
+      handle.renewalTtlMs = requests[i]!.ttlMs;
+    }
+    return done;
+  }
+
+  async #sendBatch(
+    handles: readonly Handle[],
+    requests: readonly RenewRequest[],
+    counted: boolean,
+    settleBy: number,
   ): Promise<(boolean | Error)[]> {
     const { clock, service, operationTimeoutMs } = this.#deps;
-    for (const handle of handles) handle.renewInFlight = true;
-    const requests: RenewRequest[] = handles.map((h, i) => ({ lease: h.lease, ttlMs: ttls?.[i] ?? h.ttlMs }));
     const sentAt = clock.monotonic();
     // An answer after the last of these windows closes is of no use to any of them: wait no longer than that. Not
     // the first: a handle about to close (its service cut off) must not cut short the wait for the others' answers
@@ -190,7 +226,7 @@ export class RenewalScheduler {
         {
           deadlines: this.#deps.deadlines,
           clock,
-          timeoutMs: Math.max(1, Math.min(operationTimeoutMs, closesIn)),
+          timeoutMs: Math.max(1, Math.min(operationTimeoutMs, closesIn, settleBy - sentAt)),
           what: 'renew',
         },
       );
@@ -203,7 +239,7 @@ export class RenewalScheduler {
       results = isDLockError(error) ? error : new TransportError(textOf(error), { cause: error });
     }
     // All of them first: one bad result must not leave the others marked in flight for ever.
-    for (const handle of handles) handle.renewInFlight = false;
+    for (const handle of handles) handle.renewal = undefined;
     const outcomes = handles.map((handle, i) =>
       this.#apply(
         handle,
@@ -279,19 +315,6 @@ export class RenewalScheduler {
       result.ttlMs !== undefined && Number.isFinite(result.ttlMs) && result.ttlMs > 0
         ? result.ttlMs
         : requestedTtlMs;
-    if (requestedTtlMs < handle.ttlMs) {
-      // Sent before a renewal with a longer TTL (a reentrant acquire's) was applied: the service may have applied
-      // this one after it, so the lease may end by this shorter grant. Only that window is certain; the longer TTL
-      // stays the handle's, and a renewal with it goes out at once to give the lease back its length.
-      handle.expiresAt = Math.min(handle.expiresAt, validUntil(sentAt, granted, driftFactor));
-      if (now >= handle.expiresAt) {
-        this.#handles.delete(handle);
-        this.#loseClosed(handle);
-        return false;
-      }
-      handle.renewDueAt = now;
-      return true;
-    }
     handle.ttlMs = granted;
     // The service confirmed ownership at some instant after sentAt, so the new window counts from sentAt.
     handle.expiresAt = Math.max(handle.expiresAt, validUntil(sentAt, handle.ttlMs, driftFactor));
@@ -306,6 +329,12 @@ export class RenewalScheduler {
     }
     return true;
   }
+}
+
+/** A renewal's outcome as `renewOne` reports it: a transport error is thrown. */
+function outcomeOf(outcome: boolean | Error | undefined): boolean {
+  if (outcome instanceof Error) throw outcome;
+  return outcome === true;
 }
 
 /** A result slot of a renewal batch, or a TransportError for that lease when the service answered nonsense there. */

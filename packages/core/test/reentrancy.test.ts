@@ -1,4 +1,11 @@
-import { LockClient, type LockService, MemoryLockService, TransportError } from '@dlock/core';
+import {
+  LockClient,
+  type LockService,
+  MemoryLockService,
+  type RenewRequest,
+  type RenewResult,
+  TransportError,
+} from '@dlock/core';
 import { FakeClock } from '@dlock/testing';
 import { describe, expect, it, vi } from 'vitest';
 import { harness, outcome } from './harness.js';
@@ -225,11 +232,16 @@ describe('in-process reentrancy', () => {
         heldReply = release;
       };
       await clock.advanceUntil(() => heldReply !== undefined, 1_000); // the scheduler's renew(1000) is out
-      const nested = await a.acquire('x', { ttlMs: 60_000, reentrant: true });
+      // It waits for the scheduler's renewal to be answered: one renewal per lease in flight.
+      const pendingNested = outcome(a.acquire('x', { ttlMs: 60_000, reentrant: true }));
+      await clock.advance(0);
+      expect(pendingNested.done).toBe(false);
+      heldReply?.();
+      await clock.advanceUntil(() => pendingNested.done, 1_000);
+      const nested = pendingNested.value;
+      if (nested === undefined) throw new Error('the nested acquire failed');
       expect(nested).toBe(first);
       expect(nested.ttlMs).toBe(60_000);
-      heldReply?.();
-      await clock.advance(0);
       await clock.advance(1_000); // renewals go on
       const ttlAfter = nested.ttlMs;
       const serverLeft = (await memory.inspect('x')).expiresInMs;
@@ -246,6 +258,121 @@ describe('in-process reentrancy', () => {
       expect(serverLeft).toBeGreaterThan(30_000);
       await other.close();
       await a.close().catch(() => {});
+    });
+
+    it('the window kept here is the one from the renewal the service applied last, whatever order answers come in', async () => {
+      const clock = new FakeClock({ seed: 1 });
+      const memory = new MemoryLockService({ clock });
+      /** Renewals the service has received but neither applied nor answered: the test orders both. */
+      const pending: { request: RenewRequest; apply: () => Promise<void>; answer: () => void }[] = [];
+      let down = false;
+      const service: LockService = {
+        acquire: (r) => memory.acquire(r),
+        renew: (request) => {
+          if (down) return Promise.reject(new TransportError('down'));
+          return new Promise<RenewResult>((resolve) => {
+            let result: RenewResult = { renewed: false };
+            pending.push({
+              request,
+              apply: async () => {
+                result = await memory.renew(request);
+              },
+              answer: () => resolve(result),
+            });
+          });
+        },
+        release: (l) => memory.release(l),
+        watch: (n, cb) => memory.watch(n, cb),
+      };
+      // Whatever is outstanding: the newest request is applied first, and the oldest answered first.
+      const serve = async (): Promise<void> => {
+        const batch = pending.splice(0);
+        for (const p of [...batch].reverse()) await p.apply();
+        for (const p of batch) {
+          p.answer();
+          await clock.advance(0);
+        }
+      };
+      const a = new LockClient(service, { clock });
+      const first = await a.acquire('x', { ttlMs: 1_000, reentrant: true });
+      await clock.advanceUntil(() => pending.length === 1, 1_000); // the scheduler's renew(1000) is out
+      const nested = outcome(a.acquire('x', { ttlMs: 60_000, reentrant: true }));
+      await clock.advance(0);
+      const ttlsAsked: number[] = [];
+      for (let round = 0; round < 5 && !nested.done; round += 1) {
+        ttlsAsked.push(...pending.map((p) => p.request.ttlMs));
+        await serve();
+        await clock.advance(0);
+      }
+      expect(nested.value).toBe(first);
+      expect(ttlsAsked).toEqual([1_000, 60_000]);
+      // The client may believe no more than the service's lease says.
+      const serviceLeft = (await memory.inspect('x')).expiresInMs ?? 0;
+      expect(first.expiresAt - clock.monotonic()).toBeLessThanOrEqual(serviceLeft);
+      down = true; // the service cannot be reached from this client any more
+      await clock.advance(5_000);
+      const other = new LockClient(memory, { clock });
+      const taken = await other.tryAcquire('x', { ttlMs: 1_000 });
+      expect({ heldHere: first.isHeld(), takenElsewhere: taken !== null }).toEqual({
+        heldHere: true,
+        takenElsewhere: false,
+      });
+      await other.close();
+      await a.close().catch(() => {});
+    });
+
+    it('a renewal that waits for the one in flight still settles within waitMs + operationTimeoutMs', async () => {
+      const clock = new FakeClock({ seed: 1 });
+      const memory = new MemoryLockService({ clock });
+      let renewals = 0;
+      const service: LockService = {
+        acquire: (r) => memory.acquire(r),
+        renew: () => {
+          renewals += 1;
+          return new Promise<RenewResult>(() => {}); // the service never answers a renewal
+        },
+        release: (l) => memory.release(l),
+        watch: (n, cb) => memory.watch(n, cb),
+      };
+      const a = new LockClient(service, { clock, operationTimeoutMs: 5_000 });
+      const first = await a.acquire('x', { ttlMs: 60_000, reentrant: true });
+      await clock.advanceUntil(() => renewals === 1, 30_000); // the scheduler's renewal is out, and hangs
+      await clock.advance(1_000);
+      const startedAt = clock.monotonic();
+      const nested = outcome(a.acquire('x', { ttlMs: 120_000, reentrant: true, waitMs: 0 }));
+      await clock.advanceUntil(() => nested.done, 20_000);
+      expect(nested.error).toBeInstanceOf(TransportError);
+      expect(clock.monotonic() - startedAt).toBeLessThanOrEqual(5_000);
+      expect(renewals).toBe(2); // its own went out after the first timed out, with what was left of the bound
+      expect(first.isHeld()).toBe(true);
+      await a.close().catch(() => {});
+    });
+
+    it('renew() while a renewal is in flight joins it: one request, and its answer', async () => {
+      const clock = new FakeClock({ seed: 1 });
+      const memory = new MemoryLockService({ clock });
+      const answers: (() => void)[] = [];
+      const service: LockService = {
+        acquire: (r) => memory.acquire(r),
+        renew: async (r) => {
+          const result = await memory.renew(r);
+          await new Promise<void>((resolve) => answers.push(resolve));
+          return result;
+        },
+        release: (l) => memory.release(l),
+        watch: (n, cb) => memory.watch(n, cb),
+      };
+      const a = new LockClient(service, { clock });
+      const handle = await a.acquire('x', { ttlMs: 3_000 });
+      await clock.advanceUntil(() => answers.length === 1, 3_000);
+      const renewed = outcome(handle.renew());
+      await clock.advance(0);
+      expect(answers.length).toBe(1);
+      answers.shift()?.();
+      await clock.advance(0);
+      expect(renewed.value).toBe(true);
+      expect(answers.length).toBe(0);
+      await a.close();
     });
   });
 });
