@@ -153,8 +153,23 @@ describe('close() while etcd is paused (SIGSTOP), private member', () => {
 });
 
 describe('3-member cluster, leader killed mid-run', () => {
+  const ELECTION_MS = 1_000;
+  // Requests may wait out an election (1–2 s) rather than fail: a deadline shorter than that would trip etcd3's
+  // per-host circuit breaker on the live members too, and it stays open for 5 s.
+  const KILL_REQUEST_TIMEOUT_MS = 2_500;
+  const KILL_OPERATION_TIMEOUT_MS = 3_000;
+  // By when a worker must hold the lock again, counted from the kill, from what etcd and the adapter promise:
+  // - the election: a follower campaigns after a randomized timeout in [E, 2E) without the leader's heartbeats;
+  // - the holder's key: if its release went to the killed member (or was cut off), the key stays until its lease
+  //   ends, and the new leader extends every lease by one election timeout past its TTL when it takes over
+  //   (lessor.Promote), after which etcd's lessor finds it expired within its 500 ms check interval;
+  // - two request timeouts: a request that waited out the election or a dead member and failed, and the re-check or
+  //   acquire after it that finds the lock free (a watch notice only starts that request).
+  // Not a speed measurement: past this the queue did not make the progress the protocol owes it.
+  const FIRST_GRANT_BOUND_MS = 2 * ELECTION_MS + (ELECTION_MS + TTL_MS) + 500 + 2 * KILL_REQUEST_TIMEOUT_MS;
+
   it('keeps tokens strictly increasing and holders never overlap', { timeout: 90_000 }, async () => {
-    const cluster = await startEtcdCluster({ size: 3 });
+    const cluster = await startEtcdCluster({ size: 3, electionMs: ELECTION_MS });
     teardown.push(() => cluster.stop());
     const etcd = new Etcd3({ hosts: [...cluster.endpoints] });
     teardown.push(() => etcd.close());
@@ -167,53 +182,57 @@ describe('3-member cluster, leader killed mid-run', () => {
     }
     const windows: Window[] = [];
     let stop = false;
-    // Requests may wait out an election (1–2 s) rather than fail: a deadline shorter than that would trip etcd3's
-    // per-host circuit breaker on the live members too, and it stays open for 5 s.
-    const workers = [...services(etcd, 2_500, 3_000), ...services(etcd, 2_500, 3_000)].map(
-      async ({ locks }, worker) => {
-        while (!stop) {
-          let handle: LockHandle;
-          let lostAt = Number.POSITIVE_INFINITY;
-          try {
-            handle = await locks.acquire(name, {
-              ttlMs: TTL_MS,
-              waitMs: 4_000,
-              onLost: () => {
-                lostAt = performance.now();
-              },
-            });
-          } catch {
-            await sleep(20);
-            continue;
-          }
-          const start = performance.now();
-          await sleep(20);
-          const releasedAt = performance.now();
-          // The window ends at whichever came first: our release, the loss, or the local validity deadline.
-          windows.push({
-            token: handle.fencingToken,
-            start,
-            end: Math.min(releasedAt, lostAt, handle.expiresAt),
-            worker,
+    const workers = [
+      ...services(etcd, KILL_REQUEST_TIMEOUT_MS, KILL_OPERATION_TIMEOUT_MS),
+      ...services(etcd, KILL_REQUEST_TIMEOUT_MS, KILL_OPERATION_TIMEOUT_MS),
+    ].map(async ({ locks }, worker) => {
+      while (!stop) {
+        let handle: LockHandle;
+        let lostAt = Number.POSITIVE_INFINITY;
+        try {
+          handle = await locks.acquire(name, {
+            ttlMs: TTL_MS,
+            waitMs: 4_000,
+            onLost: () => {
+              lostAt = performance.now();
+            },
           });
-          await handle.release().catch(() => {});
+        } catch {
+          await sleep(20);
+          continue;
         }
-      },
-    );
+        const start = performance.now();
+        await sleep(20);
+        const releasedAt = performance.now();
+        // The window ends at whichever came first: our release, the loss, or the local validity deadline.
+        windows.push({
+          token: handle.fencingToken,
+          start,
+          end: Math.min(releasedAt, lostAt, handle.expiresAt),
+          worker,
+        });
+        await handle.release().catch(() => {});
+      }
+    });
     await sleep(2_500);
     const before = windows.length;
     const leader = await cluster.waitForLeader();
     await leader.process.kill();
     const killedAt = performance.now();
-    await sleep(7_000);
+    // Runs until a worker holds the lock again (a little past the bound, so that a miss reports how late it came),
+    // then on for a few more hand-overs under the new leader, whose windows are checked as well.
+    await waitUntil(() => windows.some((w) => w.start > killedAt), FIRST_GRANT_BOUND_MS + 3_000);
+    await sleep(1_500);
     stop = true;
     await Promise.all(workers);
 
     expect(before).toBeGreaterThan(5);
-    // Progress after the kill: a new leader in 1–2 s, and leases it refreshed expire within about 2 × TTL.
     const afterKill = windows.filter((w) => w.start > killedAt);
     expect(afterKill.length).toBeGreaterThan(0);
-    expect(afterKill[0]!.start - killedAt).toBeLessThan(2 * TTL_MS + 3_000);
+    const firstGrantMs = afterKill[0]!.start - killedAt;
+    expect(firstGrantMs, `first grant ${Math.round(firstGrantMs)} ms after the kill`).toBeLessThan(
+      FIRST_GRANT_BOUND_MS,
+    );
     const ordered = [...windows].sort((a, b) => a.start - b.start);
     let latestEnd = Number.NEGATIVE_INFINITY;
     for (let i = 0; i < ordered.length; i++) {
