@@ -1,4 +1,4 @@
-import type { AcquireFailure, LockEventMap, LockKind } from '@dlock/core';
+import type { AcquireFailure, DLockErrorCode, LockEventMap, LockKind } from '@dlock/core';
 import { InvalidArgumentError } from '@dlock/core';
 import { textOf } from '@dlock/core/adapter';
 import {
@@ -295,17 +295,45 @@ function characterForms(character: string): string {
   return `(?:${forms.join('|')})`;
 }
 
+/**
+ * The codes of dlock's error hierarchy: exported as they are. The errors a call ends with carry one of these unless
+ * a service (a user's own, say) threw a dlock error of its own making, whose code may be anything: one per call or
+ * per lock would be a new exception type each, and one built from the name would carry it. Such a code is `other`.
+ */
+const DLOCK_CODES: ReadonlySet<string> = new Set(
+  Object.keys({
+    INVALID_ARGUMENT: true,
+    ACQUIRE_TIMEOUT: true,
+    LOCK_LOST: true,
+    LOCK_RELEASED: true,
+    TRANSPORT: true,
+    CLIENT_CLOSED: true,
+    UNSUPPORTED: true,
+    PERMITS_MISMATCH: true,
+  } satisfies Record<DLockErrorCode, true>),
+);
+
+/**
+ * An error's name as exported (`exception.type` when it has no code): a class name (an identifier, as dlock's and
+ * the adapters' are) that does not hold the lock name; anything else is `Error`.
+ */
+function exportedName(name: unknown, redact: (text: string) => string): string {
+  const text = textOf(name);
+  return /^[A-Za-z_$][A-Za-z0-9_$]{0,63}$/.test(text) && redact(text) === text ? text : 'Error';
+}
+
 /** Marks a span failed with the error the call ended with, its text passed through `redact`. */
 function failed(span: Span, error: unknown, redact: (text: string) => string): void {
   let message: string;
   if (error instanceof Error) {
     message = redact(textOf(error.message));
     const code = (error as { code?: unknown }).code;
-    const exception: { name: string; message: string; code?: string | number; stack?: string } = {
-      name: textOf(error.name),
+    const exception: { name: string; message: string; code?: string; stack?: string } = {
+      name: exportedName(error.name, redact),
       message,
     };
-    if (typeof code === 'string' || typeof code === 'number') exception.code = code;
+    if (code !== undefined && code !== null && code !== '')
+      exception.code = typeof code === 'string' && DLOCK_CODES.has(code) ? code : 'other';
     if (typeof error.stack === 'string') exception.stack = redact(error.stack);
     span.recordException(exception);
   } else {

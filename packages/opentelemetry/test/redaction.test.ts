@@ -217,3 +217,62 @@ describe('lock names as adapters write them into their errors', () => {
     }
   });
 });
+
+describe("an error's name and code", () => {
+  /** An error of a user's own service, a dlock TransportError to the client, with its own name and code. */
+  class CustomError extends TransportError {
+    override readonly code: 'TRANSPORT';
+    constructor(message: string, name: string, code: string) {
+      super(message);
+      this.name = name;
+      // A user's subclass can set any code at run time; the type only says what core's subclasses set.
+      this.code = code as 'TRANSPORT';
+    }
+  }
+
+  it("a name or code that carries the lock name, or any code outside dlock's, is not exported as it is", async () => {
+    const failed = await spansOfFailures(
+      'invoice:4242',
+      (n) => new CustomError('store down', `StoreError(${n})`, `E_STORE_${n}`),
+    );
+    expect(failed).toHaveLength(2);
+    for (const span of failed) {
+      expect(exported(span)).not.toContain('4242');
+      expect(span.events[0]?.attributes).toMatchObject({
+        'exception.type': 'other',
+        'exception.message': 'store down',
+      });
+    }
+  });
+
+  it('a code per call (unbounded) is exported as other', async () => {
+    let calls = 0;
+    const failed = await spansOfFailures('a', () => new CustomError('down', 'StoreError', `E${calls++}`));
+    expect(failed.map((s) => s.events[0]?.attributes?.['exception.type'])).toEqual(['other', 'other']);
+  });
+
+  it('without a code, a name that holds the lock name or is no class name is exported as Error', async () => {
+    // A dlock error (core passes those on as they are) whose code was taken off: the name is the exception type.
+    const branded = (name: string) => {
+      const error = new TransportError('down');
+      error.name = name;
+      return Object.defineProperty(error, 'code', { value: undefined });
+    };
+    for (const [name, type] of [
+      ['invoice:4242', 'Error'],
+      ['Failed for invoice:4242 at 10:31', 'Error'],
+      ['StoreError', 'StoreError'],
+    ] as const) {
+      const failed = await spansOfFailures('invoice:4242', () => branded(name));
+      expect(failed.map((s) => s.events[0]?.attributes?.['exception.type'])).toEqual([type, type]);
+    }
+  });
+
+  it("dlock's own codes are exported as they are", async () => {
+    const failed = await spansOfFailures('a', () => new TransportError('down'));
+    expect(failed.map((s) => s.events[0]?.attributes?.['exception.type'])).toEqual([
+      'TRANSPORT',
+      'TRANSPORT',
+    ]);
+  });
+});
