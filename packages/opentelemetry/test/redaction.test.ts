@@ -218,6 +218,73 @@ describe('lock names as adapters write them into their errors', () => {
   });
 });
 
+describe('lock names cut short in error text', () => {
+  /** redis/src/errors.ts's unexpectedReply: the reply as JSON, cut at 200 characters. */
+  const unexpectedReply = (what: string, reply: unknown) =>
+    new TransportError(`${what}: unexpected reply from Redis: ${JSON.stringify(reply).slice(0, 200)}`);
+  /** redis/src/keys.ts's escape of a name inside the hash tag. */
+  const tagged = (name: string) =>
+    `dlock:{${name.replace(/[%{}]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`)}}:lock`;
+
+  it('Redis: a name cut off where an unexpected reply is shortened is redacted', async () => {
+    // No dlock script answers with a key; a proxy or a server that is not Redis may echo one back, and the adapter
+    // shows the reply cut at 200 characters, inside the name when the name is long.
+    const name = `tenant "ü"/{${'order-'.repeat(40)}}`;
+    const failed = await spansOfFailures(name, (n) => unexpectedReply('acquire', ['ERR', tagged(n)]));
+    expect(failed).toHaveLength(2);
+    for (const span of failed) {
+      expect(span.status.message).toBe('acquire: unexpected reply from Redis: ["ERR","dlock:{<lock>');
+      expect(exported(span)).not.toContain('order-order');
+      expect(exported(span)).not.toContain('tenant');
+    }
+  });
+
+  it('a cut that splits an escape, or a stack line that ends in the cut name, is redacted too', async () => {
+    const name = `quarterly report {q3} ${'x'.repeat(300)}`;
+    // The cut falls between the two hex digits of the escaped brace: `…report %7`.
+    const failed = await spansOfFailures(name, (n) => {
+      const key = tagged(n);
+      return new TransportError(
+        `renew: unexpected reply from Redis: ${key.slice(0, key.indexOf('%7B') + 2)}`,
+      );
+    });
+    for (const span of failed) {
+      expect(span.status.message).toBe('renew: unexpected reply from Redis: dlock:{<lock>');
+      expect(exported(span)).not.toContain('quarterly');
+    }
+  });
+
+  it('a short prefix at the end of a line, or a long one inside a line, stays: only a cut is taken for the name', async () => {
+    const text = 'renew did not answer within 500 ms\nrenew did not answer within 500 ms';
+    const short = await spansOfFailures('ms-report-2026', () => new TransportError(text));
+    expect(short.map((s) => s.status.message)).toEqual([text, text]);
+    const inside = await spansOfFailures(
+      'quarterly-report-2026',
+      () => new TransportError('quarterly-report done'),
+    );
+    expect(inside.map((s) => s.status.message)).toEqual(['quarterly-report done', 'quarterly-report done']);
+  });
+});
+
+describe('long error text', () => {
+  it('a message of megabytes is exported cut short, redacted up to the cut', async () => {
+    // The whole text went to the span (2,694,019 characters here); and looking for a cut name at every line end of
+    // it, the redactor held the event loop for 25 s with a 900-character name made of the text's words.
+    const name = 'a b'.repeat(300);
+    const text = `${'a b'.repeat(299)} `.repeat(3_000);
+    const failed = await spansOfFailures(name, () => new TransportError(`store said: ${name} ${text}`));
+    for (const span of failed) {
+      const message = span.status.message ?? '';
+      expect(message.length).toBeLessThanOrEqual(4_097);
+      expect(message.startsWith('store said: <lock> a b')).toBe(true);
+      expect(message.endsWith('…')).toBe(true);
+      const attributes = span.events[0]?.attributes ?? {};
+      expect(attributes['exception.message']).toBe(message);
+      expect(String(attributes['exception.stacktrace']).length).toBeLessThanOrEqual(8_193);
+    }
+  });
+});
+
 describe("an error's name and code", () => {
   /** An error of a user's own service, a dlock TransportError to the client, with its own name and code. */
   class CustomError extends TransportError {
