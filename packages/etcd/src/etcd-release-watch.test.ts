@@ -67,12 +67,17 @@ describe('EtcdReleaseWatch', () => {
     const stream = streams[0] as FakeWatchStream;
     const creates = stream.written.map((w) => w.create_request);
     expect(creates.map((c) => c?.watch_id)).toEqual(['1', '2']);
-    expect(creates[0]?.start_revision).toBe('10');
+    // One revision early: a compaction at exactly 10 then cancels the watch instead of hiding a delete at 10.
+    expect(creates[0]?.start_revision).toBe('9');
     expect(creates[1]?.start_revision).toBeUndefined();
     expect(creates.every((c) => c?.filters?.includes('Noput'))).toBe(true);
     stream.reply({ watch_id: '2', events: [{ type: 'Delete', kv: kv('b', 12) }] });
     stream.reply({ watch_id: '1', events: [{ type: 'Put', kv: kv('a', 13) }] });
+    // The revision before the one asked for is not reported.
+    stream.reply({ watch_id: '1', events: [{ type: 'Delete', kv: kv('a', 9) }] });
     expect(a).toEqual([]);
+    stream.reply({ watch_id: '1', events: [{ type: 'Delete', kv: kv('a', 14) }] });
+    expect(a).toEqual(['a']);
     expect(b).toEqual(['b']);
     hub.close();
   });
@@ -94,7 +99,14 @@ describe('EtcdReleaseWatch', () => {
     await clock.advance(2_000);
     expect(streams).toHaveLength(2);
     const recreated = (streams[1] as FakeWatchStream).written[0]?.create_request;
-    expect(recreated?.start_revision).toBe('42');
+    expect(recreated?.start_revision).toBe('41');
+    // The replayed revision 41 reaches nobody: its delete was reported on the old stream.
+    const replay = {
+      watch_id: recreated?.watch_id ?? '',
+      events: [{ type: 'Delete' as const, kv: kv('a', 41) }],
+    };
+    (streams[1] as FakeWatchStream).reply(replay);
+    expect(deletes).toBe(1);
     expect(recreated?.watch_id).not.toBe('1');
     // An answer for the old id on the old stream reaches nobody.
     first.reply({ watch_id: '1', events: [{ type: 'Delete', kv: kv('a', 43) }] });

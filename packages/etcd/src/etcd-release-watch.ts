@@ -136,14 +136,16 @@ export class EtcdReleaseWatch {
     registration.watchId = watchId;
     this.#byId.set(watchId, registration);
     const { key, rangeEnd } = registration.spec;
+    const from = registration.nextRevision;
     try {
       stream.write({
         create_request: {
           key,
           ...(rangeEnd ? { range_end: rangeEnd } : {}),
-          ...(registration.nextRevision !== undefined
-            ? { start_revision: registration.nextRevision.toString() }
-            : {}),
+          // One revision early (its events are dropped in #onResponse): etcd cancels a watch as compacted only when
+          // it starts below the compaction, yet a compaction at a revision drops a delete made there, so a watch
+          // from exactly that revision would be created and never hear the delete.
+          ...(from !== undefined ? { start_revision: (from > 1n ? from - 1n : from).toString() } : {}),
           ...(registration.spec.puts ? {} : { filters: ['Noput' as const] }),
           watch_id: watchId,
         },
@@ -190,17 +192,23 @@ export class EtcdReleaseWatch {
       return;
     }
     if (response.created) registration.listener.onCreated?.();
-    if (response.events.length === 0) return;
+    // Events before the revision asked for come only from the one revision the watch was created early (#create).
+    const from = registration.nextRevision;
+    const events =
+      from === undefined
+        ? response.events
+        : response.events.filter((event) => BigInt(event.kv.mod_revision) >= from);
+    if (events.length === 0) return;
     let last = 0n;
     const deletes: WatchEventLike[] = [];
-    for (const event of response.events) {
+    for (const event of events) {
       const revision = BigInt(event.kv.mod_revision);
       if (revision > last) last = revision;
       if (event.type === 'Delete') deletes.push(event);
     }
     registration.nextRevision = last + 1n;
     if (deletes.length > 0) registration.listener.onDeletes?.(deletes);
-    registration.listener.onEvents?.(response.events);
+    registration.listener.onEvents?.(events);
   }
 
   #broken(stream: WatchStream): void {

@@ -50,4 +50,47 @@ describe('a release watch whose start revision is compacted away', () => {
       await cluster.stop();
     }
   });
+  it('tells the subscriber when the compaction is exactly at the revision of the release', {
+    timeout: 30_000,
+  }, async () => {
+    const cluster = await startEtcdCluster({ size: 1 });
+    const etcd = new Etcd3({ hosts: [...cluster.endpoints] });
+    const holderService = new EtcdLockService({ client: etcd, keyPrefix: 'compaction/' });
+    const holder = new LockClient(holderService);
+    const service = new EtcdLockService({ client: etcd, keyPrefix: 'compaction/' });
+    const locks = new LockClient(service);
+    try {
+      const name = lockName('compacted-at-release');
+      const held = await holder.acquire(name, { ttlMs: 10_000 });
+      expect(await locks.tryAcquire(name, { ttlMs: 10_000 })).toBeNull();
+      // The refusal wrote nothing: the service's newest revision is this one, and its watch starts right after it.
+      const refusedAt = BigInt((await etcd.kv.range({ key: Buffer.from('compaction/') })).header.revision);
+      await held.release();
+      const releasedAt = BigInt((await etcd.kv.range({ key: Buffer.from('compaction/') })).header.revision);
+      // The release is the one write since: the watch's start revision is the release's.
+      expect(releasedAt).toBe(refusedAt + 1n);
+      // Compacting at a revision drops a delete at that revision (its tombstone), yet etcd cancels only a watch that
+      // starts below it: a watch from exactly here is created and hears nothing.
+      await etcd.kv.compact({ revision: releasedAt.toString(), physical: true });
+      let notices = 0;
+      const unwatch = locks.onRelease(name, () => {
+        notices += 1;
+      });
+      try {
+        expect(await waitUntil(() => notices > 0, 3_000)).toBe(true);
+      } finally {
+        unwatch();
+      }
+      const next = await locks.tryAcquire(name, { ttlMs: 10_000 });
+      expect(next).not.toBeNull();
+      await next?.release();
+    } finally {
+      await locks.close();
+      await service.close();
+      await holder.close();
+      await holderService.close();
+      etcd.close();
+      await cluster.stop();
+    }
+  });
 });
