@@ -187,11 +187,11 @@ export class EtcdReleaseWatch {
       this.#byId.delete(String(response.watch_id));
       registration.watchId = undefined;
       registration.nextRevision = undefined;
-      registration.listener.onReset?.();
+      tell(() => registration.listener.onReset?.());
       if (this.#registrations.has(registration)) this.#create(stream, registration);
       return;
     }
-    if (response.created) registration.listener.onCreated?.();
+    if (response.created) tell(() => registration.listener.onCreated?.());
     // Events before the revision asked for come only from the one revision the watch was created early (#create).
     const from = registration.nextRevision;
     const events =
@@ -207,8 +207,8 @@ export class EtcdReleaseWatch {
       if (event.type === 'Delete') deletes.push(event);
     }
     registration.nextRevision = last + 1n;
-    if (deletes.length > 0) registration.listener.onDeletes?.(deletes);
-    registration.listener.onEvents?.(events);
+    if (deletes.length > 0) tell(() => registration.listener.onDeletes?.(deletes));
+    tell(() => registration.listener.onEvents?.(events));
   }
 
   #broken(stream: WatchStream): void {
@@ -218,7 +218,7 @@ export class EtcdReleaseWatch {
     this.#byId.clear();
     for (const registration of [...this.#registrations]) {
       registration.watchId = undefined;
-      registration.listener.onReset?.();
+      tell(() => registration.listener.onReset?.());
     }
     this.#scheduleReopen();
   }
@@ -231,5 +231,18 @@ export class EtcdReleaseWatch {
       this.#reopenTimer = undefined;
       this.#open();
     });
+  }
+}
+
+/**
+ * Calls a watch's listener. A throw there is its owner's bug (`LockService.watch` is public): let through, it would
+ * escape into the etcd client's stream handler, where it ends the process as an unhandled error, and cut off every
+ * other watch on the stream.
+ */
+function tell(call: () => void): void {
+  try {
+    call();
+  } catch {
+    // the owner's failure is its own; the other watches and the stream go on
   }
 }
