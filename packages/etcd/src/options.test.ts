@@ -32,6 +32,9 @@ describe('resolveOptions', () => {
     [{ client, requestTimeoutMs: Number.NaN }, 'options.requestTimeoutMs'],
     [{ client, keyPrefix: 'a/', prefix: 'b/' }, 'options.prefix'],
     [{ client, keyPrefix: 42 }, 'options.keyPrefix'],
+    // Both written as U+FFFD: the two would share their keys (a lock held under one reads as busy under the other).
+    [{ client, keyPrefix: 'a/\uD800/' }, 'options.keyPrefix'],
+    [{ client, prefix: 'a/\uDC00/' }, 'options.prefix'],
     [{ client, clock: {} }, 'options.clock'],
     [{ client, clock: { ...systemClock, sleep: 5 } }, 'options.clock'],
   ])('rejects %o at %s', (options, field) => {

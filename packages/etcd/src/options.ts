@@ -87,6 +87,14 @@ export function resolveOptions(options: unknown): ResolvedOptions {
   if (typeof prefix !== 'string' || prefix.length > 256) {
     throw new InvalidArgumentError(`options.${prefixField}`, 'must be a string of at most 256 characters');
   }
+  // A lone surrogate has no UTF-8 form: it is written as U+FFFD, so two such prefixes would name the same keys, and
+  // a lock held under one would read as held under the other.
+  if (/\p{Cs}/u.test(prefix)) {
+    throw new InvalidArgumentError(
+      `options.${prefixField}`,
+      'must be well-formed Unicode (no lone surrogates)',
+    );
+  }
   const clock = options['clock'];
   if (
     clock !== undefined &&
