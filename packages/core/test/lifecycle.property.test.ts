@@ -14,6 +14,12 @@ const OP_TIMEOUT = 200;
 const STEP = 10;
 const NAME = 'account';
 const RUNS = Number(process.env['DLOCK_PROPERTY_RUNS'] ?? 500);
+/**
+ * Fixed, so the suite is deterministic: with a random seed each run tried other schedules, and the coverage checks
+ * below (losses, refused stale writes) could fail on a set that happened to produce none. Set DLOCK_PROPERTY_SEED to
+ * explore other schedules.
+ */
+const SEED = Number(process.env['DLOCK_PROPERTY_SEED'] ?? 20_261_202);
 
 type Fault =
   | { kind: 'pause'; worker: number; at: number; forMs: number }
@@ -216,7 +222,7 @@ async function simulate(p: Plan): Promise<void> {
 
 describe('lifecycle under pauses, partitions and clock steps (property)', () => {
   it(`holds its invariants over ${RUNS} random schedules`, async () => {
-    await fc.assert(fc.asyncProperty(plan, simulate), { numRuns: RUNS, verbose: 1 });
+    await fc.assert(fc.asyncProperty(plan, simulate), { numRuns: RUNS, seed: SEED, verbose: 1 });
     // The schedules must have produced the situations the invariants are about, or the test proves nothing.
     expect(totals.grants).toBeGreaterThan(RUNS);
     expect(totals.staleWritesRejected).toBeGreaterThan(0);

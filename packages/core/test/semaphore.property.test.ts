@@ -14,6 +14,12 @@ const TTL = 300;
 const STEP = 10;
 const NAME = 'pool';
 const RUNS = Number(process.env['DLOCK_PROPERTY_RUNS'] ?? 120);
+/**
+ * Fixed, so the suite is deterministic: with a random seed each run tried other schedules, and the coverage checks
+ * below (losses, refused stale writes) could fail on a set that happened to produce none. Set DLOCK_PROPERTY_SEED to
+ * explore other schedules.
+ */
+const SEED = Number(process.env['DLOCK_PROPERTY_SEED'] ?? 20_261_202);
 
 type Fault =
   | { kind: 'pause'; who: number; at: number; forMs: number }
@@ -155,12 +161,13 @@ describe('semaphores under pauses and partitions (property)', () => {
       fc.asyncProperty(plan, async (p) => {
         await runPlan(p);
       }),
-      { numRuns: RUNS },
+      { numRuns: RUNS, seed: SEED },
     );
     // The schedules must really have filled the semaphore, lost permits and refused stale writes.
     expect(totals.holds).toBeGreaterThan(RUNS * 2);
     expect(totals.fullChecks).toBeGreaterThan(0);
     expect(totals.lost).toBeGreaterThan(0);
     expect(totals.staleRejected).toBeGreaterThan(0);
+    console.log(`property totals over ${RUNS} runs: ${JSON.stringify(totals)}`);
   }, 120_000);
 });
