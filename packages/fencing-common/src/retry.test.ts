@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import {
   FenceBusyError,
   FenceConflictError,
@@ -10,6 +10,11 @@ import { withFenceRetry } from './retry.js';
 const fast = { baseDelayMs: 0, maxDelayMs: 0 };
 
 describe('withFenceRetry', () => {
+  afterEach(() => {
+    vi.useRealTimers();
+    vi.restoreAllMocks();
+  });
+
   it('retries conflicts and busy waits until an attempt succeeds', async () => {
     const seen: number[] = [];
     const result = await withFenceRetry(async (n) => {
@@ -90,6 +95,63 @@ describe('withFenceRetry', () => {
     await expect(withFenceRetry(async () => 1, { baseDelayMs: -1 })).rejects.toBeInstanceOf(
       InvalidArgumentError,
     );
+  });
+
+  it('refuses a delay a timer cannot hold, or a bound that is not a number, naming the option and its range', async () => {
+    // Node fires a timer set above 2^31-1 ms after 1 ms (with a TimeoutOverflowWarning), so an Infinity or a
+    // 30-day backoff used to become a busy retry loop instead of the wait the caller asked for.
+    let calls = 0;
+    const attempt = async () => {
+      calls++;
+      throw new FenceConflictError('r', undefined);
+    };
+    const bad: [object, string, string][] = [
+      [{ maxDelayMs: Number.POSITIVE_INFINITY }, 'options.maxDelayMs', '0..2147483647'],
+      [{ maxDelayMs: 2 ** 31 }, 'options.maxDelayMs', '0..2147483647'],
+      [{ baseDelayMs: Number.POSITIVE_INFINITY }, 'options.baseDelayMs', '0..2147483647'],
+      [{ baseDelayMs: 2 ** 31, maxDelayMs: 2 ** 31 }, 'options.baseDelayMs', '0..2147483647'],
+      [{ maxDelayMs: Number.NaN }, 'options.maxDelayMs', '0..2147483647'],
+      [{ maxDelayMs: -1 }, 'options.maxDelayMs', '0..2147483647'],
+      [{ maxDelayMs: '250' }, 'options.maxDelayMs', '0..2147483647'],
+      [{ baseDelayMs: 10n }, 'options.baseDelayMs', '0..2147483647'],
+      [{ maxAttempts: Number.POSITIVE_INFINITY }, 'options.maxAttempts', 'positive integer'],
+      [{ maxAttempts: Number.NaN }, 'options.maxAttempts', 'positive integer'],
+      [{ maxAttempts: 2.5 }, 'options.maxAttempts', 'positive integer'],
+      [{ maxAttempts: -3 }, 'options.maxAttempts', 'positive integer'],
+      [{ maxAttempts: '3' }, 'options.maxAttempts', 'positive integer'],
+    ];
+    for (const [options, field, range] of bad) {
+      const error = await withFenceRetry(attempt, options as never).catch((e: unknown) => e);
+      const shown = Object.entries(options).map(([key, value]) => `${key}: ${String(value)}`);
+      expect(error, shown.join(', ')).toBeInstanceOf(InvalidArgumentError);
+      expect(error).toMatchObject({ code: 'INVALID_ARGUMENT', field });
+      expect((error as Error).message).toContain(range);
+    }
+    expect(calls).toBe(0);
+    // The largest delay a timer holds, and fractions, are fine.
+    const edge = { maxAttempts: 1, baseDelayMs: 0.5, maxDelayMs: 2 ** 31 - 1 };
+    await expect(withFenceRetry(attempt, edge)).rejects.toBeInstanceOf(FenceConflictError);
+    expect(calls).toBe(1);
+  });
+
+  it('waits a finite, bounded time between attempts however many attempts are allowed', async () => {
+    // With baseDelayMs 0, 0 * 2^1024 is NaN once past the 1025th attempt; a NaN timer is not the 0 ms asked for.
+    vi.useFakeTimers();
+    const timers = vi.spyOn(globalThis, 'setTimeout');
+    let calls = 0;
+    const done = withFenceRetry(
+      async () => {
+        calls++;
+        throw new FenceBusyError('r', undefined);
+      },
+      { maxAttempts: 1100, baseDelayMs: 0, maxDelayMs: 0 },
+    ).catch((e: unknown) => e);
+    await vi.runAllTimersAsync();
+    expect(await done).toBeInstanceOf(FenceBusyError);
+    expect(calls).toBe(1100);
+    const delays = timers.mock.calls.map((call) => call[1]);
+    expect(delays).toHaveLength(1099);
+    expect(delays.filter((ms) => ms !== 0)).toEqual([]);
   });
 
   it('refuses a misspelt option before the first attempt, naming the key meant', async () => {

@@ -1,15 +1,16 @@
 import { InvalidArgumentError, isDLockError } from './errors.js';
 import { rejectUnknownKeys } from './option-keys.js';
+import { describeValue } from './validate.js';
 
 const RETRY_OPTION_KEYS: readonly string[] = ['maxAttempts', 'baseDelayMs', 'maxDelayMs', 'signal'];
 
 /** Bounds for {@link withFenceRetry}. */
 export interface FenceRetryOptions {
-  /** Total attempts including the first; default 5. */
+  /** Total attempts including the first, a positive integer; default 5. */
   readonly maxAttempts?: number;
-  /** First backoff ceiling in ms; doubles per attempt up to `maxDelayMs`. Default 10. */
+  /** First backoff ceiling in ms (0..2147483647); doubles per attempt up to `maxDelayMs`. Default 10. */
   readonly baseDelayMs?: number;
-  /** Backoff ceiling in ms; default 250. */
+  /** Backoff ceiling in ms (0..2147483647, the longest a timer holds); default 250. */
   readonly maxDelayMs?: number;
   /** Stops waiting between attempts; the last error is rethrown. */
   readonly signal?: AbortSignal;
@@ -37,14 +38,17 @@ export async function withFenceRetry<T>(
   const maxAttempts = options.maxAttempts ?? 5;
   const baseDelayMs = options.baseDelayMs ?? 10;
   const maxDelayMs = options.maxDelayMs ?? 250;
-  if (!Number.isSafeInteger(maxAttempts) || maxAttempts < 1) {
-    throw new InvalidArgumentError('options.maxAttempts', 'must be a positive integer');
+  const signal = options.signal;
+  if (typeof maxAttempts !== 'number' || !Number.isSafeInteger(maxAttempts) || maxAttempts < 1) {
+    throw new InvalidArgumentError(
+      'options.maxAttempts',
+      `must be a positive integer (got ${describeBound(maxAttempts)})`,
+    );
   }
   // typeof first: a bigint or a numeric string compares fine here and then breaks (or coerces) in the backoff.
-  if (!isDelay(baseDelayMs) || !isDelay(maxDelayMs)) {
-    throw new InvalidArgumentError('options.baseDelayMs', 'and options.maxDelayMs must be >= 0');
-  }
-  if (options.signal !== undefined && !isAbortSignalLike(options.signal)) {
+  assertDelay(baseDelayMs, 'options.baseDelayMs');
+  assertDelay(maxDelayMs, 'options.maxDelayMs');
+  if (signal !== undefined && !isAbortSignalLike(signal)) {
     // Checked now: anything else would first be used in a backoff, where a timer already set throws on it.
     throw new InvalidArgumentError('options.signal', 'must be an AbortSignal');
   }
@@ -54,17 +58,32 @@ export async function withFenceRetry<T>(
     } catch (error) {
       // Checked by brand, not instanceof, so errors from a second installed copy of a gate are retried too.
       const retryable = isDLockError(error) && (error as { retryable?: unknown }).retryable === true;
-      if (!retryable || n >= maxAttempts || options.signal?.aborted) throw error;
-      // Full jitter spreads writers that collided at the same instant apart; without it they collide again.
-      const ceiling = Math.min(maxDelayMs, baseDelayMs * 2 ** (n - 1));
-      await delay(Math.random() * ceiling, options.signal);
-      if (options.signal?.aborted) throw error;
+      if (!retryable || n >= maxAttempts || signal?.aborted) throw error;
+      // Full jitter spreads writers that collided at the same instant apart; without it they collide again. The
+      // power stops at 2^1023, the largest finite one: 2^1024 is Infinity, and 0 * Infinity is NaN, which a timer
+      // takes as 1 ms.
+      const ceiling = Math.min(maxDelayMs, baseDelayMs * 2 ** Math.min(n - 1, 1023));
+      await delay(Math.random() * ceiling, signal);
+      if (signal?.aborted) throw error;
     }
   }
 }
 
-function isDelay(ms: unknown): boolean {
-  return typeof ms === 'number' && ms >= 0;
+/** The longest delay a Node or browser timer holds; above it the timer fires after 1 ms instead. */
+const MAX_TIMER_MS = 2_147_483_647;
+
+function assertDelay(ms: unknown, field: string): void {
+  if (typeof ms !== 'number' || !(ms >= 0 && ms <= MAX_TIMER_MS)) {
+    throw new InvalidArgumentError(
+      field,
+      `must be a number of ms in 0..${MAX_TIMER_MS} (got ${describeBound(ms)})`,
+    );
+  }
+}
+
+/** A wrong bound as message text: numbers as they are (NaN, Infinity, -1), anything else by its type. */
+function describeBound(value: unknown): string {
+  return typeof value === 'number' ? String(value) : describeValue(value);
 }
 
 /** Duck-typed rather than `instanceof`, so signals from another realm or a polyfill pass. */
