@@ -86,14 +86,14 @@ export class Database {
 
   /**
    * A statement's own bound, as the parameter its SQL checks against `statement_timestamp()`: what is left of its
-   * caller's bound (counted from `since`) when pg writes it to a connection, not the whole bound again. A statement
-   * that waited in the pool's queue for a connection past its caller's bound (pg waits as long as it takes unless
-   * the pool says otherwise) then writes nothing: its caller and any clean-up of theirs, a closed service's
-   * included, may be long gone, and a grant made then would be held by nobody for its whole TTL. pg reads the value
-   * through `toPostgres` as it binds the statement; PGlite is sent the figure at once.
+   * caller's bound (`timeoutMs`, default a statement's, counted from `since`) when pg writes it to a connection, not
+   * the whole bound again. A statement that waited in the pool's queue for a connection past its caller's bound (pg
+   * waits as long as it takes unless the pool says otherwise) then writes nothing: its caller and any clean-up of
+   * theirs, a closed service's included, may be long gone, and a grant made then would be held by nobody for its
+   * whole TTL. pg reads the value through `toPostgres` as it binds the statement; PGlite is sent the figure at once.
    */
-  boundLeft(since: number): unknown {
-    const end = since + this.timeoutMs;
+  boundLeft(since: number, timeoutMs = this.timeoutMs): unknown {
+    const end = since + timeoutMs;
     const left = (): number => Math.max(0, end - this.clock.monotonic());
     return isPGlite(this.#pool) ? left() : { toPostgres: () => String(left()) };
   }

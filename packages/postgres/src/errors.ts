@@ -13,6 +13,15 @@ export function unexpectedRow(what: string, row: unknown): TransportError {
 }
 
 /**
+ * A renewal, release, metadata update or observer-row delete that reached its rows only after its bound wrote nothing
+ * (see `lateAfter` in sql.ts): its caller may have given up on it and been told its lease was lost. Not a refusal:
+ * the grant may still hold, and core retries within the lease's window.
+ */
+export function late(what: string): TransportError {
+  return new TransportError(`PostgreSQL ${what}: ran past its bound on the server, nothing written`);
+}
+
+/**
  * The service was closed; it accepts no further calls (code `CLIENT_CLOSED`: core passes it on at once instead of
  * retrying it as it would a `TransportError`).
  */

@@ -20,11 +20,11 @@ import {
   validatePermits,
 } from '@dlock/core/adapter';
 import { Database } from './database.js';
-import { PostgresServiceClosedError } from './errors.js';
+import { late, PostgresServiceClosedError } from './errors.js';
 import { type PostgresLockServiceOptions, positiveInt, resolveOptions } from './options.js';
 import { PostgresProtocol } from './postgres-protocol.js';
 import { PostgresReleaseWatch } from './postgres-release-watch.js';
-import { assertStorableName, type PostgresStatements, postgresStatements } from './sql.js';
+import { assertStorableText, type PostgresStatements, postgresStatements } from './sql.js';
 
 /** Rows `sweep()` deletes per table and call, unless told otherwise. */
 const SWEEP_LIMIT = 1_000;
@@ -38,7 +38,7 @@ const CLEANUP_POLL_MS = 20;
  *
  * - Fencing token: the name's counter row + 1, written by the statement that grants, so it rises per name across
  *   grants, releases, expiries and restarts (a semaphore's per slot: row `(s, name, slot)`).
- * - TTL: exactly `ttlMs`, counted from `clock_timestamp()` when the granting statement runs.
+ * - TTL: exactly `ttlMs`, counted from when the granting (or renewing) statement reached the server.
  * - Queue: waiters in server-assigned sequence order; a release wakes only the next waiter, by a `pg_notify` to its
  *   service's channel sent in the release statement (see `PostgresReleaseWatch`); a waiter also looks again at the
  *   holder's expiry and, while its service cannot listen, on a backoff.
@@ -84,11 +84,18 @@ export class PostgresLockService implements LockService {
     const watch: PostgresReleaseWatch = new PostgresReleaseWatch(db, clock, {
       observe: (names, ms, onSettled) =>
         db.query('observe', sql.observe, [names, watch.channel, ms], { onSettled }),
-      unobserve: (name, timeoutMs, onSettled) =>
-        db.query('unobserve', sql.unobserve, [name, watch.channel], {
-          ...(timeoutMs === undefined ? {} : { timeoutMs }),
-          ...(onSettled === undefined ? {} : { onSettled }),
-        }),
+      unobserve: async (name, timeoutMs, onSettled) => {
+        const [row] = await db.query(
+          'unobserve',
+          sql.unobserve,
+          [name, watch.channel, db.boundLeft(clock.monotonic(), timeoutMs)],
+          {
+            ...(timeoutMs === undefined ? {} : { timeoutMs }),
+            ...(onSettled === undefined ? {} : { onSettled }),
+          },
+        );
+        if (row?.['late'] === 'true') throw late('unobserve');
+      },
       passOn: (kind, name) => db.query('pass on a wake-up', sql.wakeHead, [kind, name]),
       selfNotify: (payload) =>
         db.query('listening check', 'SELECT pg_notify($1, $2)', [watch.channel, payload]),
@@ -152,7 +159,7 @@ export class PostgresLockService implements LockService {
 
   async acquire(request: AcquireRequest): Promise<AcquireResult> {
     this.#assertOpen();
-    assertStorableName(request.name, 'request.name');
+    assertStorable(request);
     return this.#inQueue(this.#locks, request);
   }
 
@@ -163,7 +170,7 @@ export class PostgresLockService implements LockService {
    */
   async acquirePermit(request: PermitRequest): Promise<AcquireResult> {
     this.#assertOpen();
-    assertStorableName(request.name, 'request.name');
+    assertStorable(request);
     validatePermits(request.permits, 'request.permits');
     return this.#inQueue(this.#permits, request);
   }
@@ -171,7 +178,7 @@ export class PostgresLockService implements LockService {
   /** Free slots of the semaphore right now, in one statement (`PermitsMismatchError` as for `acquirePermit`). */
   async availablePermits(name: string, permits: number): Promise<number> {
     this.#assertOpen();
-    assertStorableName(name, 'name');
+    assertStorableText(name, 'name');
     validatePermits(permits, 'permits');
     return this.#locks.availablePermits(name, permits);
   }
@@ -182,7 +189,7 @@ export class PostgresLockService implements LockService {
    */
   async inspectPermits(name: string, permits: number): Promise<PermitsInfo> {
     this.#assertOpen();
-    assertStorableName(name, 'name');
+    assertStorableText(name, 'name');
     validatePermits(permits, 'permits');
     return this.#locks.inspectPermits(name, permits);
   }
@@ -216,13 +223,14 @@ export class PostgresLockService implements LockService {
   /** The live holder of `name` (owner id, token, metadata, time left by the server's clock) and its live waiters. */
   async inspect(name: string): Promise<LockInfo> {
     this.#assertOpen();
-    assertStorableName(name, 'name');
+    assertStorableText(name, 'name');
     return this.#locks.inspect(name);
   }
 
   /** Owner-checked like a renewal; keeps the fencing token and the expiry. */
   async updateMetadata(lease: Lease, metadata: string): Promise<boolean> {
     this.#assertOpen();
+    assertStorableText(metadata, 'metadata');
     return this.#locks.updateMetadata(lease, metadata);
   }
 
@@ -310,4 +318,11 @@ export class PostgresLockService implements LockService {
   #assertOpen(): void {
     if (this.#closing.signal.aborted) throw this.#closing.signal.reason;
   }
+}
+
+/** The request's text fields, each stored in a `text` column (see `assertStorableText`). */
+function assertStorable(request: AcquireRequest): void {
+  assertStorableText(request.name, 'request.name');
+  assertStorableText(request.ownerId, 'request.ownerId');
+  if (request.metadata !== undefined) assertStorableText(request.metadata, 'request.metadata');
 }

@@ -14,7 +14,7 @@ import {
 } from '@dlock/core';
 import type { QueueDriver, Standing, WakeSignal } from '@dlock/core/adapter';
 import { type Database, DEAD_CONNECTION_BOUNDS, type Row } from './database.js';
-import { unexpectedRow } from './errors.js';
+import { late, unexpectedRow } from './errors.js';
 import type { PostgresReleaseWatch } from './postgres-release-watch.js';
 import type { PostgresStatements } from './sql.js';
 
@@ -94,15 +94,6 @@ function bigintOf(row: Row, column: string, what: string): bigint | undefined {
   if (value === null || value === undefined) return undefined;
   if (!/^\d+$/.test(value)) throw unexpectedRow(what, row);
   return BigInt(value);
-}
-
-/**
- * A renewal, release or metadata update that reached its rows only after its bound wrote nothing (see `lateAfter` in
- * sql.ts): its caller may have given up on it and been told its lease was lost. Not a refusal: the grant may still
- * hold, and core retries within the lease's window.
- */
-function late(what: string): TransportError {
-  return new TransportError(`PostgreSQL ${what}: ran past its bound on the server, nothing written`);
 }
 
 function onlyRow(rows: readonly Row[], what: string): Row {

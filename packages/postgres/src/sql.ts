@@ -75,19 +75,19 @@ export function assertTablePrefix(prefix: unknown, field: string): string {
 }
 
 /**
- * A lock or semaphore name as this adapter stores it: a `text` value, which PostgreSQL cannot hold with a NUL
- * character in it. Any other name core accepts is stored as it is. Refused before any I/O: sent, every statement on
- * the name would fail with the server's encoding error, reported as a `TransportError` (the service unreachable),
- * which retrying never mends.
+ * A lock or semaphore name, an owner id or metadata as this adapter stores them: `text` values, which PostgreSQL
+ * cannot hold with a NUL character in them. Any other string core accepts is stored as it is. Refused before any
+ * I/O: sent, every statement carrying it would fail with the server's encoding error, reported as a
+ * `TransportError` (the service unreachable), which retrying never mends.
  */
-export function assertStorableName(name: string, field: string): string {
-  if (name.includes('\u0000')) {
+export function assertStorableText(value: string, field: string): string {
+  if (value.includes('\u0000')) {
     throw new InvalidArgumentError(
       field,
       'must not contain the NUL character (U+0000): PostgreSQL text cannot hold it',
     );
   }
-  return name;
+  return value;
 }
 
 const quote = (identifier: string): string => `"${identifier}"`;
@@ -178,7 +178,9 @@ export function postgresStatements(tablePrefix: string, schema: string | undefin
   // is (s, name, slot): tokens rise per slot across holders. A live holder or waiter stored with another limit
   // refuses the call (`stored`) and nothing is written. The first waiter in line, with no slot free, writes itself
   // into every live holder's row (next_waiter), as for a lock, and looks again at once (`again`) if a row went
-  // before it could: a release running concurrently then wakes it whatever its snapshot saw.
+  // before it could: a release running concurrently then wakes it whatever its snapshot saw. A grant's lease counts
+  // from when the call reached the server (statement_timestamp()), not from after the admission row's wait: its
+  // holder's window counts from the send (see `renew`).
   const permitQuery = `WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
   held AS (
     SELECT l.slot, l.permits, l.expires_at, l.next_waiter FROM ${L} l, now
@@ -201,7 +203,8 @@ export function postgresStatements(tablePrefix: string, schema: string | undefin
     RETURNING f.slot, f.token),
   granted AS (
     INSERT INTO ${L} AS l (kind, name, slot, permits, owner, owner_id, token, expires_at, metadata)
-    SELECT 's', $1, minted.slot, $7::int, $2, $9::text, minted.token, now.t + ${ms('$3')}, $4::text FROM minted, now
+    SELECT 's', $1, minted.slot, $7::int, $2, $9::text, minted.token, statement_timestamp() + ${ms('$3')}, $4::text
+      FROM minted
      WHERE ${inTime('$8')}
     ON CONFLICT (kind, name, slot) DO UPDATE
        SET permits = excluded.permits, owner = excluded.owner, owner_id = excluded.owner_id, token = excluded.token,
@@ -267,14 +270,15 @@ $dlock$`;
   // A first-in-line waiter behind a live holder writes itself into the lease row (next_waiter): a release that
   // deletes that row waits for this statement and reads its newest version, so the wake-up cannot slip between
   // the two; had the release come first, the update finds no row and the caller looks again at once (`again`).
-  // The grant itself, shared by both lock queries: the token row bumped and the lease row written, when `free`.
+  // The grant itself, shared by both lock queries: the token row bumped and the lease row written, when `free`; its
+  // lease counts from when the call reached the server, as a renewal's (see `renew`).
   const lockGrant = `minted AS (
     INSERT INTO ${T} AS f (kind, name, slot, token) SELECT 'l', $1, 0, 1 FROM free
     ON CONFLICT (kind, name, slot) DO UPDATE SET token = f.token + 1
     RETURNING f.token),
   granted AS (
     INSERT INTO ${L} AS l (kind, name, slot, owner, owner_id, token, expires_at, metadata)
-    SELECT 'l', $1, 0, $2, $8::text, minted.token, now.t + ${ms('$3')}, $4::text FROM minted, now
+    SELECT 'l', $1, 0, $2, $8::text, minted.token, statement_timestamp() + ${ms('$3')}, $4::text FROM minted
      WHERE ${inTime('$7')}
     ON CONFLICT (kind, name, slot) DO UPDATE
        SET owner = excluded.owner, owner_id = excluded.owner_id, token = excluded.token, expires_at = excluded.expires_at,
@@ -489,6 +493,14 @@ END $$`,
     // revived), and only within the statement's bound ($7, as an acquire's), checked once every row is locked
     // (see `lateAfter`). $1-$6 are parallel arrays; the answer lists the 1-based positions that were renewed, or
     // is one row with `late` set when the bound had passed and nothing was renewed.
+    // The new expiry counts from when the statement reached the server (statement_timestamp()), not from when it got
+    // its rows: the holder's window counts from when it sent the renewal, so a lease counted from after a row-lock
+    // wait would outlive that window by the wait, and the next renewal, reaching the row after the holder had
+    // reported the lock lost (its window closed), would find it live and extend it again: held by a holder that
+    // believes it lost it. Counted from arrival, the lease ends at most a one-way trip (and the clocks' drift)
+    // after the window, so a renewal that arrives after the window finds it run out. Never shortened (`greatest`),
+    // as core's window is the latest of its renewals' (a renewal with a shorter TTL, or one whose wait outlasted its
+    // TTL, may be answered after the holder counted on a longer one).
     renew: `WITH r AS MATERIALIZED (
     SELECT * FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::bigint[], $6::float8[])
            WITH ORDINALITY AS r(kind, name, slot, owner, token, ttl, i)),
@@ -499,7 +511,8 @@ END $$`,
        FOR UPDATE OF l),
   ${lateAfter('locked', '$7')},
   renewed AS (
-    UPDATE ${L} l SET expires_at = clock_timestamp() + k.ttl * interval '1 millisecond' FROM locked k
+    UPDATE ${L} l SET expires_at = greatest(l.expires_at, statement_timestamp() + k.ttl * interval '1 millisecond')
+      FROM locked k
      WHERE l.kind = k.kind AND l.name = k.name AND l.slot = k.slot AND l.expires_at > clock_timestamp()
        AND NOT (SELECT late FROM late)
     RETURNING k.i)
@@ -585,8 +598,15 @@ SELECT info.stored, info.waiters, h.slot::text AS slot, h.owner_id, h.token::tex
 SELECT 'o', n.name, $2, $2, clock_timestamp() + ${ms('$3')} FROM unnest($1::text[]) AS n(name)
 ON CONFLICT (kind, name, id) DO UPDATE SET expires_at = excluded.expires_at`,
 
-    // ... and stops ($1 name, $2 its channel).
-    unobserve: `DELETE FROM ${W} w WHERE w.kind = 'o' AND w.name = $1 AND w.id = $2`,
+    // ... and stops ($1 name, $2 its channel), within the statement's bound ($3, see `lateAfter`): a delete that got
+    // the row only after its caller gave up on it deletes nothing, as every other write of the service.
+    unobserve: `WITH locked AS (
+    SELECT 1 FROM ${W} w WHERE w.kind = 'o' AND w.name = $1 AND w.id = $2 FOR UPDATE),
+  ${lateAfter('locked', '$3')},
+  gone AS (
+    DELETE FROM ${W} w WHERE w.kind = 'o' AND w.name = $1 AND w.id = $2 AND NOT (SELECT late FROM late)
+    RETURNING 1)
+SELECT (SELECT count(*) FROM gone)::text AS gone, (SELECT late FROM late)::text AS late`,
 
     // Rows of names nobody touches any more: expired leases and waiters, at most $1 of each per call, skipping rows
     // another statement has locked. Token rows are never deleted.

@@ -21,8 +21,13 @@ function granted(result: AcquireResult): Grant {
   return result.grant;
 }
 
-async function acquired(service: PostgresLockService, kind: 'l' | 's', name: string): Promise<Lease> {
-  const request = { name, ownerId: 'o', ttlMs: TTL_MS, waitMs: 0, signal, metadata: 'v1' };
+async function acquired(
+  service: PostgresLockService,
+  kind: 'l' | 's',
+  name: string,
+  ttlMs = TTL_MS,
+): Promise<Lease> {
+  const request = { name, ownerId: 'o', ttlMs, waitMs: 0, signal, metadata: 'v1' };
   const grant = granted(
     kind === 'l' ? await service.acquire(request) : await service.acquirePermit({ ...request, permits: 2 }),
   );
@@ -147,9 +152,117 @@ describe('a write that stalled past its bound writes nothing once it runs', () =
       ]),
     ).toEqual([{ renewed: true }, { renewed: false }]);
     expect((await leaseRow(lease))?.ms).toBeGreaterThan(TTL_MS);
+    // Never shortened: the holder may already count on the longer lease (core's window is its renewals' latest).
+    expect(await service.renewMany([{ lease, ttlMs: TTL_MS }])).toEqual([{ renewed: true }]);
+    expect((await leaseRow(lease))?.ms).toBeGreaterThan(20_000);
     expect(await service.updateMetadata(lease, 'v2')).toBe(true);
     expect(await service.release(lease)).toBe(true);
     expect(await service.release(lease)).toBe(false);
     await service.close();
+  });
+});
+
+/** Resolves once a statement whose text matches `pattern` is waiting for a lock on the server. */
+async function waitingOnLock(pattern: string): Promise<void> {
+  for (let i = 0; i < 200; i++) {
+    const result = await pool.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM pg_stat_activity
+        WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE $1`,
+      [pattern],
+    );
+    if ((result.rows[0]?.n ?? 0) > 0) return;
+    await sleep(10);
+  }
+  throw new Error(`no statement like ${pattern} waited for a lock`);
+}
+
+describe("a renewal that reaches its row after its holder's window closed", () => {
+  // The holder's window (core's validity window) counts from when it SENT its last renewal; a renewal the server
+  // applied after a row-lock wait must not leave the lease running longer than that window, or the next renewal,
+  // arriving after the holder already reported the lock lost, finds the row still live and extends it again: the
+  // row then says held by a holder that believes it lost the lock, and everyone else waits another TTL.
+  it.each(['l', 's'] as const)('extends nothing (kind %s)', async (kind) => {
+    const ttlMs = 1_000;
+    // A long statement bound: only the holder's window may refuse the late renewal here.
+    const service = new PostgresLockService({
+      pool,
+      schema: tables.name,
+      listen: false,
+      requestTimeoutMs: 5_000,
+    });
+    try {
+      const lease = await acquired(service, kind, `late-renewal-${kind}`, ttlMs);
+      let lock = await rowLock(lease);
+      const sent = performance.now();
+      const first = service.renewMany([{ lease, ttlMs }]);
+      await waitingOnLock('%unnest(%');
+      await sleep(800 - (performance.now() - sent));
+      await lock.end();
+      // Applied about 800 ms after it was sent: the holder's window ends at most `ttlMs` after the send.
+      expect(await first).toEqual([{ renewed: true }]);
+      lock = await rowLock(lease);
+      const second = service.renewMany([{ lease, ttlMs: 30_000 }]);
+      await waitingOnLock('%unnest(%');
+      // 400 ms past the end of the holder's window, before the end of a lease counted from the first renewal's
+      // application.
+      await sleep(1_400 - (performance.now() - sent));
+      await lock.end();
+      expect(await second).toEqual([{ renewed: false }]);
+      expect((await leaseRow(lease))?.ms ?? 0).toBeLessThanOrEqual(0);
+      // Free for the next caller once the lease counted from the first renewal's send has run out.
+      const request = { name: lease.name, ownerId: 'p', ttlMs, waitMs: 0, signal };
+      const next = granted(
+        kind === 'l'
+          ? await service.acquire(request)
+          : await service.acquirePermit({ ...request, permits: 2 }),
+      );
+      expect(next.slot).toBe(lease.slot);
+    } finally {
+      await service.close();
+    }
+  });
+});
+
+describe('the observer-row delete', () => {
+  it('held up on a row lock past its bound deletes nothing, and close() deletes the row', async () => {
+    const service = new PostgresLockService({
+      pool,
+      schema: tables.name,
+      requestTimeoutMs: REQUEST_TIMEOUT_MS,
+    });
+    const name = 'observer-late-delete';
+    const observers = async (): Promise<number> => {
+      const result = await pool.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM "${tables.name}".dlock_waiters WHERE kind = 'o' AND name = $1`,
+        [name],
+      );
+      return result.rows[0]?.n ?? 0;
+    };
+    try {
+      const unsubscribe = service.watchChanges(name, () => {});
+      for (let i = 0; i < 200 && (await observers()) === 0; i++) await sleep(10);
+      expect(await observers()).toBe(1);
+      const client = await pool.connect();
+      try {
+        await client.query('BEGIN');
+        await client.query(
+          `SELECT 1 FROM "${tables.name}".dlock_waiters WHERE kind = 'o' AND name = $1 FOR UPDATE`,
+          [name],
+        );
+        const sent = performance.now();
+        unsubscribe();
+        await waitingOnLock("%w.kind = 'o' AND w.name = $1 AND w.id = $2%");
+        // Past the statement's bound, before pg gives its connection up (twice the bound): the delete runs now.
+        await sleep(1.5 * REQUEST_TIMEOUT_MS - (performance.now() - sent));
+        await client.query('COMMIT');
+      } finally {
+        client.release();
+      }
+      await sleep(200);
+      expect(await observers()).toBe(1);
+    } finally {
+      await service.close();
+    }
+    expect(await observers()).toBe(0);
   });
 });

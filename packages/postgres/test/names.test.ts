@@ -36,4 +36,36 @@ describe('names', () => {
       await service.close();
     }
   });
+
+  it('refuses metadata or an owner id with a NUL character before any I/O, and a proclaim of one', async () => {
+    const service = new PostgresLockService({ pool, schema: tables.name, listen: false });
+    const client = new LockClient(service);
+    const nulOwner = new LockClient(service, { ownerId: 'host\u0000:1' });
+    try {
+      const leader = await client.election('nul-election', { ttlMs: 5_000 }).campaign({ waitMs: 0 });
+      const statements = service.statements;
+      // Sent, each statement failed with the server's encoding error, reported as the service unreachable.
+      await expect(
+        client.acquire('nul-metadata', { ttlMs: 5_000, waitMs: 0, metadata: 'a\u0000b' }),
+      ).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+      await expect(
+        client
+          .semaphore('nul-metadata', { permits: 2, ttlMs: 5_000 })
+          .acquire({ waitMs: 0, metadata: '\u0000' }),
+      ).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+      await expect(nulOwner.acquire('nul-owner', { ttlMs: 5_000, waitMs: 0 })).rejects.toMatchObject({
+        code: 'INVALID_ARGUMENT',
+      });
+      await expect(leader.proclaim('x\u0000')).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+      expect(service.statements).toBe(statements);
+      // The leadership is not lost for it: a proclaim of a storable value still lands.
+      await leader.proclaim('ok');
+      expect((await client.inspect('nul-election')).metadata).toBe('ok');
+      await leader.resign();
+    } finally {
+      await nulOwner.close();
+      await client.close();
+      await service.close();
+    }
+  });
 });
