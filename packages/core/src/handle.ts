@@ -94,6 +94,13 @@ export class Handle implements LockHandle {
   renewal: Promise<readonly (boolean | Error)[]> | undefined;
   renewalIndex = 0;
   renewalTtlMs = 0;
+  /** Whether the renewal in flight counts a transport failure against `renewFailBudget`. */
+  renewalCounted = true;
+  /**
+   * The shortest TTL a renewal asked for that got no answer here: the service may still apply it, after any later
+   * renewal. Windows are never longer than this from a renewal's send time.
+   */
+  unsureTtlMs = Number.POSITIVE_INFINITY;
   renewFailures = 0;
   /** The transport error of the last renewal, until one succeeds: the window closing after it means unreachable. */
   lastRenewError: Error | undefined;

@@ -103,8 +103,12 @@ export class RenewalScheduler {
   ): Promise<boolean> {
     while (handle.renewal !== undefined) {
       const { renewal, renewalIndex } = handle;
-      if (handle.renewalTtlMs >= (ttlMs ?? handle.ttlMs)) return outcomeOf((await renewal)[renewalIndex]);
-      await renewal;
+      if (handle.renewalTtlMs >= (ttlMs ?? handle.ttlMs)) {
+        // Its failure is this call's too: a renew() joining a reentrant acquire's renewal spends the budget.
+        if (counted) handle.renewalCounted = true;
+        return outcomeOf((await this.#within(renewal, settleBy))[renewalIndex]);
+      }
+      await this.#within(renewal, settleBy);
     }
     if (handle.state !== 'held') return false;
     if (this.#deps.clock.monotonic() >= settleBy) {
@@ -113,6 +117,26 @@ export class RenewalScheduler {
     // Never less than the handle's own TTL: its other holders asked for that, and it may have grown while waiting.
     const wanted = Math.max(ttlMs ?? handle.ttlMs, handle.ttlMs);
     return outcomeOf((await this.#renewBatch([handle], [wanted], counted, settleBy))[0]);
+  }
+
+  /**
+   * A renewal another call sent, awaited no longer than this call's bound: that renewal's own bound (another
+   * acquire's, with a longer wait) may end later.
+   */
+  async #within<T>(renewal: Promise<T>, settleBy: number): Promise<T> {
+    if (settleBy === Number.POSITIVE_INFINITY) return renewal;
+    const { clock } = this.#deps;
+    const timer = new AbortController();
+    try {
+      return await Promise.race([
+        renewal,
+        clock.sleep(Math.max(0, settleBy - clock.monotonic()), timer.signal, { unref: true }).then(() => {
+          throw new TransportError('renew: the renewal in flight before it took all of the time left');
+        }),
+      ]);
+    } finally {
+      timer.abort();
+    }
   }
 
   #nextWake(handle: Handle): number {
@@ -172,7 +196,7 @@ export class RenewalScheduler {
         handle.renews &&
         !this.#stopped &&
         handle.renewal === undefined &&
-        handle.renewDueAt - now <= renewIntervalMs(handle.ttlMs) / 5
+        handle.renewDueAt - now <= renewIntervalMs(Math.min(handle.ttlMs, handle.unsureTtlMs)) / 5
       )
         batch.push(handle);
     }
@@ -193,12 +217,13 @@ export class RenewalScheduler {
     settleBy = Number.POSITIVE_INFINITY,
   ): Promise<(boolean | Error)[]> {
     const requests: RenewRequest[] = handles.map((h, i) => ({ lease: h.lease, ttlMs: ttls?.[i] ?? h.ttlMs }));
-    const done = this.#sendBatch(handles, requests, counted, settleBy);
+    const done = this.#sendBatch(handles, requests, settleBy);
     for (let i = 0; i < handles.length; i += 1) {
       const handle = handles[i]!;
       handle.renewal = done;
       handle.renewalIndex = i;
       handle.renewalTtlMs = requests[i]!.ttlMs;
+      handle.renewalCounted = counted;
     }
     return done;
   }
@@ -206,7 +231,6 @@ export class RenewalScheduler {
   async #sendBatch(
     handles: readonly Handle[],
     requests: readonly RenewRequest[],
-    counted: boolean,
     settleBy: number,
   ): Promise<(boolean | Error)[]> {
     const { clock, service, operationTimeoutMs } = this.#deps;
@@ -238,6 +262,8 @@ export class RenewalScheduler {
     } catch (error) {
       results = isDLockError(error) ? error : new TransportError(textOf(error), { cause: error });
     }
+    // Read before the flags go: a renew() that joined may have made the renewal counted.
+    const counted = handles.map((handle) => handle.renewalCounted);
     // All of them first: one bad result must not leave the others marked in flight for ever.
     for (const handle of handles) handle.renewal = undefined;
     const outcomes = handles.map((handle, i) =>
@@ -246,7 +272,7 @@ export class RenewalScheduler {
         results instanceof Error ? results : validResult(results[i]),
         sentAt,
         requests[i]!.ttlMs,
-        counted,
+        counted[i]!,
       ),
     );
     this.#arm();
@@ -273,6 +299,8 @@ export class RenewalScheduler {
     const now = clock.monotonic();
     if (result === undefined || result instanceof Error) {
       const error = result ?? new TransportError('renew returned no result');
+      // Not answered is not unsent: the service may still apply it, after a later renewal that asks for more.
+      handle.unsureTtlMs = Math.min(handle.unsureTtlMs, requestedTtlMs);
       if (now >= handle.expiresAt) {
         // No usable answer before the window closed (a renewal bounded by the window timed out): that is "too
         // slow", judged like any closed window by what happened before it.
@@ -316,9 +344,12 @@ export class RenewalScheduler {
         ? result.ttlMs
         : requestedTtlMs;
     handle.ttlMs = granted;
+    // A shorter renewal that failed here may be applied after this one, and would end the lease that much sooner:
+    // applied later than this one, it still counts from after sentAt. So the window is the shorter of the two.
+    const certainTtlMs = Math.min(granted, handle.unsureTtlMs);
     // The service confirmed ownership at some instant after sentAt, so the new window counts from sentAt.
-    handle.expiresAt = Math.max(handle.expiresAt, validUntil(sentAt, handle.ttlMs, driftFactor));
-    handle.renewDueAt = sentAt + jitter(renewIntervalMs(handle.ttlMs), () => clock.random());
+    handle.expiresAt = Math.max(handle.expiresAt, validUntil(sentAt, certainTtlMs, driftFactor));
+    handle.renewDueAt = sentAt + jitter(renewIntervalMs(certainTtlMs), () => clock.random());
     // Every held handle renews every TTL/3: build the event only for a listener (most clients have none).
     if (events.listens('renewed')) {
       events.emit('renewed', {
