@@ -22,12 +22,22 @@ export type PartitionMode =
   /** Calls never answer (packets dropped, sockets open) until `heal()`; the caller's own timeout must fire. */
   | 'hang';
 
+/** How watch subscriptions fail; see {@link FaultyLockService.failWatches}. */
+export type WatchFault =
+  /** Subscribing throws a `TransportError`, as a service that cannot set a watch up (connection refused). */
+  | 'throw'
+  /** Subscribing succeeds, but no notice is delivered (a watch lost with its connection, a dropped event). */
+  | 'silent';
+
 /** The service calls {@link CallCounts} counts, one counter each. */
 export type ServiceMethod = 'acquire' | 'renew' | 'release' | 'watch' | 'inspect' | 'updateMetadata';
 
 /** Counts of calls that reached the wrapper, and of those forwarded to the real service. */
 export interface CallCounts {
-  /** Calls made to the wrapper, faulted or not. A `renewMany` batch counts once per request in it. */
+  /**
+   * Calls made to the wrapper, faulted or not. A `renewMany` batch counts once per request in it; a `watchChanges`
+   * subscription counts as `watch`.
+   */
   readonly attempted: Record<ServiceMethod, number>;
   /** Calls that got past the faults and reached the wrapped service. */
   readonly forwarded: Record<ServiceMethod, number>;
@@ -35,7 +45,7 @@ export interface CallCounts {
 
 /**
  * Wraps any {@link LockService} — the in-memory one or a real adapter — with switchable faults:
- * partitions (failing or hanging), added latency, dropped renewals and "fail the next N calls".
+ * partitions (failing or hanging), added latency, dropped renewals, "fail the next N calls" and failing watches.
  * Renewal batches (`renewMany`) are faulted as one call, as a pipeline would be.
  */
 export class FaultyLockService implements LockService {
@@ -45,6 +55,7 @@ export class FaultyLockService implements LockService {
   #latencyMs = 0;
   #dropRenewals = false;
   #failNext = 0;
+  #watchFault: WatchFault | undefined;
   readonly #hung = new Set<(error: Error) => void>();
   readonly #counts: CallCounts = {
     attempted: { acquire: 0, renew: 0, release: 0, watch: 0, inspect: 0, updateMetadata: 0 },
@@ -98,9 +109,7 @@ export class FaultyLockService implements LockService {
     const innerChanges = inner.watchChanges?.bind(inner);
     if (innerChanges) {
       this.watchChanges = (name, onChange) =>
-        innerChanges(name, () => {
-          if (!this.#partition) onChange();
-        });
+        this.#subscribe('watchChanges', onChange, (notify) => innerChanges(name, notify));
     }
   }
 
@@ -131,6 +140,14 @@ export class FaultyLockService implements LockService {
     this.#failNext = n;
   }
 
+  /**
+   * Watch subscriptions (`watch`, `watchChanges`) fail while set: `'throw'` makes new subscriptions throw a
+   * `TransportError`, `'silent'` keeps every subscription, old and new, from delivering notices. `false` restores.
+   */
+  failWatches(mode: WatchFault | false = 'throw'): void {
+    this.#watchFault = mode === false ? undefined : mode;
+  }
+
   /** The call counters so far; a live view that keeps counting, not a snapshot. */
   get counts(): CallCounts {
     return this.#counts;
@@ -150,11 +167,20 @@ export class FaultyLockService implements LockService {
   }
 
   watch(name: string, onReleased: () => void): () => void {
+    return this.#subscribe('watch', onReleased, (notify) => this.#inner.watch(name, notify));
+  }
+
+  #subscribe(
+    method: 'watch' | 'watchChanges',
+    onNotice: () => void,
+    subscribe: (notify: () => void) => () => void,
+  ): () => void {
     this.#counts.attempted.watch += 1;
+    if (this.#watchFault === 'throw') throw new TransportError(`injected failure of ${method}`);
     this.#counts.forwarded.watch += 1;
-    // Notices do not cross a partition.
-    return this.#inner.watch(name, () => {
-      if (!this.#partition) onReleased();
+    // Notices cross neither a partition nor a silenced watch.
+    return subscribe(() => {
+      if (!this.#partition && this.#watchFault !== 'silent') onNotice();
     });
   }
 

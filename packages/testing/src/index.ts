@@ -4,5 +4,6 @@ export {
   FaultyLockService,
   type PartitionMode,
   type ServiceMethod,
+  type WatchFault,
 } from './faulty-lock-service.js';
 export { FencedStore, type FencedWrite, type FencedWriteResult } from './fenced-store.js';

@@ -128,6 +128,48 @@ describe('FaultyLockService', () => {
     await Promise.resolve();
     expect(notices).toBe(0);
   });
+
+  it('failWatches("throw") makes watch and watchChanges throw, without reaching the service; false restores', async () => {
+    const { faulty, memory } = setup();
+    faulty.failWatches();
+    expect(() => faulty.watch('a', () => {})).toThrow(TransportError);
+    expect(() => faulty.watchChanges?.('a', () => {})).toThrow(TransportError);
+    expect(faulty.counts.attempted.watch).toBe(2);
+    expect(faulty.counts.forwarded.watch).toBe(0);
+    faulty.failWatches(false);
+    let notices = 0;
+    faulty.watch('a', () => {
+      notices += 1;
+    });
+    const result = await memory.acquire(request('a'));
+    if (!result.acquired) throw new Error('expected a grant');
+    await memory.release({ name: 'a', ownerId: 'o', ...result.grant });
+    await Promise.resolve();
+    expect(notices).toBe(1);
+    expect(faulty.counts.forwarded.watch).toBe(1);
+  });
+
+  it('failWatches("silent") keeps old and new subscriptions from delivering, until restored', async () => {
+    const { faulty, memory } = setup();
+    const notices: string[] = [];
+    faulty.watch('a', () => notices.push('old watch'));
+    faulty.failWatches('silent');
+    faulty.watch('a', () => notices.push('new watch'));
+    faulty.watchChanges?.('a', () => notices.push('new changes'));
+    const cycle = async (): Promise<void> => {
+      const result = await memory.acquire(request('a'));
+      if (!result.acquired) throw new Error('expected a grant');
+      await memory.release({ name: 'a', ownerId: 'o', ...result.grant });
+      await Promise.resolve();
+    };
+    await cycle();
+    expect(notices).toEqual([]);
+    faulty.failWatches(false);
+    await cycle();
+    expect(notices).toContain('old watch');
+    expect(notices).toContain('new watch');
+    expect(notices).toContain('new changes');
+  });
 });
 
 describe('FencedStore', () => {
