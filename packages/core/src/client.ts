@@ -22,7 +22,7 @@ import {
 } from './errors.js';
 import { type AcquireFailure, catchReturned, handleEventBase, LockEvents } from './events.js';
 import { Handle, type HandleHost, type LockHandle } from './handle.js';
-import { checkedLockInfo, checkedPermitsInfo } from './inspection.js';
+import { checkedAvailable, checkedLockInfo, checkedPermitsInfo } from './inspection.js';
 import { LinkedSet } from './linked-set.js';
 import {
   type AcquireOptions,
@@ -203,10 +203,9 @@ export class LockClient {
         return this.#acquire(name, opts, orNull, permits) as Promise<Permit | null>;
       },
       available: (name, permits) =>
-        this.#electionHost.call(
-          () => this.#service.availablePermits!(name, permits),
-          `available permits of "${name}"`,
-        ),
+        this.#electionHost
+          .call(() => this.#service.availablePermits!(name, permits), `available permits of "${name}"`)
+          .then((free) => checkedAvailable(free, name, permits)),
       inspect: (name, permits) => this.#inspectPermits(name, permits),
       withHandle: (handle, fn) => this.#withHandle(handle, fn),
     };

@@ -1,4 +1,4 @@
-import { TransportError } from './errors.js';
+import { TransportError, textOf } from './errors.js';
 import type { LockInfo, PermitHolder, PermitsInfo } from './service.js';
 
 /**
@@ -46,6 +46,16 @@ export function checkedPermitsInfo(info: unknown, name: string, permits: number)
   holders.sort((a, b) => a.slot - b.slot);
   if (holders.some((h, at) => at > 0 && holders[at - 1]?.slot === h.slot)) throw bad();
   return { permits, held: holders, ...optionalWaiters(i['waiters'], bad) };
+}
+
+/** What `Semaphore.available` hands out: a count of free permits, from 0 to `permits`. */
+export function checkedAvailable(value: unknown, name: string, permits: number): number {
+  if (!Number.isInteger(value) || (value as number) < 0 || (value as number) > permits) {
+    throw new TransportError(
+      `the service returned ${textOf(value)} free permits for "${name}", not a count from 0 to ${permits}`,
+    );
+  }
+  return value as number;
 }
 
 function optionalWaiters(value: unknown, bad: () => Error): { readonly waiters?: number } {

@@ -219,3 +219,23 @@ describe('semaphore.inspect', () => {
     });
   });
 });
+
+describe('semaphore.available', () => {
+  it('an answer that is not a count from 0 to permits is a TransportError, never handed on', async () => {
+    const clock = new FakeClock();
+    const memory = new MemoryLockService({ clock });
+    let answer: unknown = 0;
+    const service: LockService = { ...withoutInspect(memory), availablePermits: async () => answer as never };
+    const pool = new LockClient(service, { clock }).semaphore('s', { permits: 2, ttlMs: TTL });
+    const got: unknown[] = [];
+    for (const bad of [3, -1, 1.5, Number.NaN, '1', null, undefined, 1n]) {
+      answer = bad;
+      got.push(await pool.available().catch((error: unknown) => error instanceof TransportError));
+    }
+    expect(got).toEqual([true, true, true, true, true, true, true, true]);
+    for (const good of [0, 1, 2]) {
+      answer = good;
+      expect(await pool.available()).toBe(good);
+    }
+  });
+});

@@ -111,7 +111,10 @@ export class Semaphore {
     return this.#host.withHandle(() => this.acquire(options), fn);
   }
 
-  /** How many permits are free right now, read from the service (advisory: it may change at once). */
+  /**
+   * How many permits are free right now, read from the service (advisory: it may change at once). Rejects with
+   * `TransportError` when the service cannot be reached or answers anything but a count from 0 to `permits`.
+   */
   available(): Promise<number> {
     return this.#host.available(this.name, this.permits);
   }
