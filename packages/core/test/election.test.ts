@@ -167,6 +167,46 @@ describe('election on the memory service', () => {
     expect(await seen.done).toBeInstanceOf(ClientClosedError);
   });
 
+  it('observe: every pending next() settles when the signal aborts or return() ends it, not only the last one', async () => {
+    const { client, clock } = harness();
+    const election = client.election('n', { ttlMs: TTL });
+    const stop = new AbortController();
+    const aborted = election.observe({ signal: stop.signal })[Symbol.asyncIterator]();
+    expect(await aborted.next()).toEqual({ done: false, value: null });
+    const first = outcome(aborted.next());
+    const second = outcome(aborted.next());
+    await clock.advance(1);
+    stop.abort();
+    await clock.advance(1);
+    expect([first.value, second.value]).toEqual([
+      { done: true, value: undefined },
+      { done: true, value: undefined },
+    ]);
+
+    const returned = election.observe()[Symbol.asyncIterator]();
+    expect(await returned.next()).toEqual({ done: false, value: null });
+    const pending = outcome(returned.next());
+    await clock.advance(1);
+    await returned.return?.();
+    await clock.advance(1);
+    expect(pending.value).toEqual({ done: true, value: undefined });
+
+    // Two waiting at once share the changes: each gets one, in order, and neither is left behind.
+    const shared = election.observe()[Symbol.asyncIterator]();
+    expect(await shared.next()).toEqual({ done: false, value: null });
+    const a = outcome(shared.next());
+    const b = outcome(shared.next());
+    const leading = await client.election('n', { ttlMs: TTL }).campaign({ value: 'x' });
+    await clock.advance(1);
+    await leading.resign();
+    await clock.advance(1);
+    expect([a.value, b.value]).toEqual([
+      { done: false, value: { value: 'x', epoch: leading.epoch } },
+      { done: false, value: null },
+    ]);
+    await shared.return?.();
+  });
+
   it('candidates waiting without a budget take over in turn; runWhileLeader resigns after fn and stands again after a loss', async () => {
     const { client, makeClient, clock, faulty } = harness();
     const order: string[] = [];

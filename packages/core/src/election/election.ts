@@ -186,25 +186,30 @@ function settleOrAbort<T>(fn: () => Promise<T> | T, signal: AbortSignal | undefi
 function iterate(feed: LeaderFeed, signal: AbortSignal | undefined): AsyncIterator<Leader | null> {
   const queue: (Leader | null)[] = [];
   let ended: Error | undefined;
-  let wake: (() => void) | undefined;
+  /** Every `next()` waiting, not only the last: a caller may ask again before an answer came. */
+  const waiting: (() => void)[] = [];
+  const wake = (): void => {
+    for (const resolve of waiting.splice(0)) resolve();
+  };
   let done = false;
-  const onAbort = (): void => wake?.();
   const unsubscribe = feed.subscribe({
     next: (leader) => {
       queue.push(leader);
-      wake?.();
+      wake();
     },
     end: (error) => {
       ended = error;
-      wake?.();
+      wake();
     },
   });
-  signal?.addEventListener('abort', onAbort, { once: true });
+  signal?.addEventListener('abort', wake, { once: true });
   const finish = (): IteratorResult<Leader | null> => {
     if (!done) {
       done = true;
       unsubscribe();
-      signal?.removeEventListener('abort', onAbort);
+      signal?.removeEventListener('abort', wake);
+      // A next() still waiting must end too: no change will come for it any more.
+      wake();
     }
     return { done: true, value: undefined };
   };
@@ -219,9 +224,8 @@ function iterate(feed: LeaderFeed, signal: AbortSignal | undefined): AsyncIterat
           throw error;
         }
         await new Promise<void>((resolve) => {
-          wake = resolve;
+          waiting.push(resolve);
         });
-        wake = undefined;
       }
     },
     async return(): Promise<IteratorResult<Leader | null>> {
