@@ -9,10 +9,19 @@ export interface InstrumentableClient {
   };
 }
 
-export function isInstrumentable(value: unknown): value is InstrumentableClient {
-  if (typeof value !== 'object' || value === null) return false;
-  const events = (value as { events?: unknown }).events;
-  return (
-    typeof events === 'object' && events !== null && typeof (events as { on?: unknown }).on === 'function'
-  );
+/**
+ * The client's event stream, read once: a getter may answer differently the next time, and one that throws (or a
+ * Proxy's trap) must not reach the caller as anything but "not a client". `undefined` when it is no stream.
+ */
+export function eventsOf(value: unknown): InstrumentableClient['events'] | undefined {
+  if (typeof value !== 'object' || value === null) return undefined;
+  try {
+    const events = (value as { events?: unknown }).events;
+    if (typeof events !== 'object' || events === null) return undefined;
+    return typeof (events as { on?: unknown }).on === 'function'
+      ? (events as InstrumentableClient['events'])
+      : undefined;
+  } catch {
+    return undefined;
+  }
 }

@@ -1,4 +1,11 @@
-import type { AcquireFailure, DLockErrorCode, LockEventMap, LockKind } from '@dlock/core';
+import type {
+  AcquireFailure,
+  DLockErrorCode,
+  LockEventListener,
+  LockEventMap,
+  LockEventType,
+  LockKind,
+} from '@dlock/core';
 import { InvalidArgumentError } from '@dlock/core';
 import { textOf } from '@dlock/core/adapter';
 import {
@@ -12,10 +19,11 @@ import {
   SpanKind,
   SpanStatusCode,
   type Tracer,
+  type TracerProvider,
   type UpDownCounter,
 } from '@opentelemetry/api';
 import { attributesFor } from './attributes.js';
-import { type InstrumentableClient, isInstrumentable } from './client-like.js';
+import { eventsOf, type InstrumentableClient } from './client-like.js';
 import { createInstruments, type Instruments } from './instruments.js';
 import { ATTRIBUTES, SPANS } from './names.js';
 import { type InstrumentOptions, resolveOptions } from './options.js';
@@ -46,12 +54,13 @@ const OUTCOMES: Record<AcquireFailure, 'timeout' | 'aborted' | 'error'> = {
  * ```
  */
 export function instrument(client: InstrumentableClient, options?: InstrumentOptions): Uninstrument {
-  if (!isInstrumentable(client)) {
+  const events = eventsOf(client);
+  if (events === undefined) {
     throw new InvalidArgumentError('client', 'must be a LockClient (with an events stream)');
   }
   const { meterProvider, tracerProvider, nameAttribute, now } = resolveOptions(options);
   const instruments = meterInstruments(meterProvider);
-  const tracer = tracerProvider.getTracer(SCOPE);
+  const tracer = tracerOf(tracerProvider);
   const attributes = (kind: LockKind, name: string, slot: number | undefined): Attributes =>
     attributesFor(nameAttribute, kind, name, slot);
   /**
@@ -76,106 +85,139 @@ export function instrument(client: InstrumentableClient, options?: InstrumentOpt
     return base;
   };
 
-  const listeners: Array<() => void> = [
-    client.events.on('acquired', (event: LockEventMap['acquired']) => {
-      const base = attributes(event.kind, event.name, event.slot);
-      safely(() =>
-        instruments().acquireWait.record(seconds(event.waitedMs), {
-          ...base,
-          [ATTRIBUTES.outcome]: 'acquired',
-        }),
-      );
-      // Counted only once the counter took it: stopping takes off exactly what was added.
-      if (!event.reentered) {
-        const counter = safely(() => {
-          const taker = instruments().held;
-          taker.add(1, base);
-          return taker;
-        });
-        if (counter)
-          held.set(holdKey(event.kind, event.name, event.slot, event.fencingToken), {
-            attributes: base,
-            counter,
-          });
-      }
-      const spanAttributes: Attributes = {
-        ...base,
-        [ATTRIBUTES.outcome]: 'acquired',
-        [ATTRIBUTES.waitMs]: event.waitedMs,
-        [ATTRIBUTES.attempts]: event.attempts,
-        [ATTRIBUTES.fencingToken]: event.fencingToken.toString(),
-        [ATTRIBUTES.ttlMs]: event.ttlMs,
-      };
-      if (event.reentered) spanAttributes[ATTRIBUTES.reentered] = true;
-      safely(() => {
-        const end = now();
-        pastSpan(tracer, SPANS.acquire, end, event.waitedMs, spanAttributes).end(end);
-      });
-    }),
-    client.events.on('acquire-failed', (event: LockEventMap['acquire-failed']) => {
-      const base = attributes(event.kind, event.name, undefined);
-      const outcome = OUTCOMES[event.outcome];
-      safely(() =>
-        instruments().acquireWait.record(seconds(event.waitedMs), { ...base, [ATTRIBUTES.outcome]: outcome }),
-      );
-      const spanAttributes: Attributes = {
-        ...base,
-        [ATTRIBUTES.outcome]: outcome,
-        [ATTRIBUTES.waitMs]: event.waitedMs,
-        [ATTRIBUTES.attempts]: event.attempts,
-      };
-      if (event.reason !== undefined) spanAttributes[ATTRIBUTES.reason] = event.reason;
-      safely(() => {
-        const end = now();
-        const span = pastSpan(tracer, SPANS.acquire, end, event.waitedMs, spanAttributes);
-        try {
-          if (outcome === 'error') failed(span, event.error, redactor(event.name, base));
-        } finally {
-          span.end(end);
-        }
-      });
-    }),
-    client.events.on('released', (event: LockEventMap['released']) => {
-      const lost = event.result === 'not-found';
-      const base = endHold(event, event.heldMs, lost ? 'lost' : 'released');
-      // The service had nothing of this grant left: the lock was taken from it before the release (release()
-      // rejects with a LockLostError, reason `rejected`), and the core emits no `lost` event for it.
-      if (lost) safely(() => instruments().losses.add(1, { ...base, [ATTRIBUTES.reason]: 'rejected' }));
-      safely(() => {
-        const end = now();
-        const span = pastSpan(tracer, SPANS.release, end, event.releaseMs, {
-          ...base,
-          [ATTRIBUTES.fencingToken]: event.fencingToken.toString(),
-          [ATTRIBUTES.heldMs]: event.heldMs,
-          [ATTRIBUTES.releaseResult]: event.result,
-        });
-        try {
-          if (event.result === 'failed') failed(span, event.error, redactor(event.name, base));
-        } finally {
-          span.end(end);
-        }
-      });
-    }),
-    client.events.on('lost', (event: LockEventMap['lost']) => {
-      const base = endHold(event, event.heldMs, 'lost');
-      safely(() => instruments().losses.add(1, { ...base, [ATTRIBUTES.reason]: event.reason }));
-    }),
-    client.events.on('renewed', (event: LockEventMap['renewed']) => {
-      safely(() => instruments().renewals.add(1, attributes(event.kind, event.name, event.slot)));
-    }),
-    client.events.on('renew-failed', (event: LockEventMap['renew-failed']) => {
-      safely(() => instruments().renewalFailures.add(1, attributes(event.kind, event.name, event.slot)));
-    }),
-  ];
-
   let active = true;
+  const listeners: Array<() => void> = [];
   const stop = (): void => {
     if (!active) return;
     active = false;
-    for (const off of listeners) off();
+    for (const off of listeners) {
+      // One unsubscribe that throws must not keep the others, or the holds, in place; its listener is inert now.
+      try {
+        off();
+      } catch (error) {
+        diag.error('@dlock/opentelemetry: removing a listener from the client failed', error);
+      }
+    }
     for (const counted of held.values()) safely(() => counted.counter.add(-1, counted.attributes));
     held.clear();
   };
+  /**
+   * Listens for `type` on the client's stream. A stream that does not hand back the unsubscribe (core's always
+   * does) is refused: what was subscribed is removed, and a listener that cannot be is inert once `active` is off.
+   */
+  const listen = <K extends LockEventType>(type: K, listener: LockEventListener<K>): void => {
+    let off: unknown;
+    try {
+      off = events.on(type, (event) => {
+        if (active) listener(event);
+      });
+    } catch (error) {
+      stop();
+      throw new InvalidArgumentError(
+        'client.events.on',
+        `threw for '${type}': ${textOf(error).slice(0, 200)}`,
+      );
+    }
+    if (typeof off !== 'function') {
+      stop();
+      throw new InvalidArgumentError(
+        'client.events.on',
+        `must return the function that removes the listener (got ${off === null ? 'null' : typeof off} for '${type}')`,
+      );
+    }
+    listeners.push(off as () => void);
+  };
+
+  listen('acquired', (event: LockEventMap['acquired']) => {
+    const base = attributes(event.kind, event.name, event.slot);
+    safely(() =>
+      instruments().acquireWait.record(seconds(event.waitedMs), {
+        ...base,
+        [ATTRIBUTES.outcome]: 'acquired',
+      }),
+    );
+    // Counted only once the counter took it: stopping takes off exactly what was added.
+    if (!event.reentered) {
+      const counter = safely(() => {
+        const taker = instruments().held;
+        taker.add(1, base);
+        return taker;
+      });
+      if (counter)
+        held.set(holdKey(event.kind, event.name, event.slot, event.fencingToken), {
+          attributes: base,
+          counter,
+        });
+    }
+    const spanAttributes: Attributes = {
+      ...base,
+      [ATTRIBUTES.outcome]: 'acquired',
+      [ATTRIBUTES.waitMs]: event.waitedMs,
+      [ATTRIBUTES.attempts]: event.attempts,
+      [ATTRIBUTES.fencingToken]: event.fencingToken.toString(),
+      [ATTRIBUTES.ttlMs]: event.ttlMs,
+    };
+    if (event.reentered) spanAttributes[ATTRIBUTES.reentered] = true;
+    safely(() => {
+      const end = now();
+      pastSpan(tracer, SPANS.acquire, end, event.waitedMs, spanAttributes).end(end);
+    });
+  });
+  listen('acquire-failed', (event: LockEventMap['acquire-failed']) => {
+    const base = attributes(event.kind, event.name, undefined);
+    const outcome = OUTCOMES[event.outcome];
+    safely(() =>
+      instruments().acquireWait.record(seconds(event.waitedMs), { ...base, [ATTRIBUTES.outcome]: outcome }),
+    );
+    const spanAttributes: Attributes = {
+      ...base,
+      [ATTRIBUTES.outcome]: outcome,
+      [ATTRIBUTES.waitMs]: event.waitedMs,
+      [ATTRIBUTES.attempts]: event.attempts,
+    };
+    if (event.reason !== undefined) spanAttributes[ATTRIBUTES.reason] = event.reason;
+    safely(() => {
+      const end = now();
+      const span = pastSpan(tracer, SPANS.acquire, end, event.waitedMs, spanAttributes);
+      try {
+        if (outcome === 'error') failed(span, event.error, redactor(event.name, base));
+      } finally {
+        span.end(end);
+      }
+    });
+  });
+  listen('released', (event: LockEventMap['released']) => {
+    const lost = event.result === 'not-found';
+    const base = endHold(event, event.heldMs, lost ? 'lost' : 'released');
+    // The service had nothing of this grant left: the lock was taken from it before the release (release()
+    // rejects with a LockLostError, reason `rejected`), and the core emits no `lost` event for it.
+    if (lost) safely(() => instruments().losses.add(1, { ...base, [ATTRIBUTES.reason]: 'rejected' }));
+    safely(() => {
+      const end = now();
+      const span = pastSpan(tracer, SPANS.release, end, event.releaseMs, {
+        ...base,
+        [ATTRIBUTES.fencingToken]: event.fencingToken.toString(),
+        [ATTRIBUTES.heldMs]: event.heldMs,
+        [ATTRIBUTES.releaseResult]: event.result,
+      });
+      try {
+        if (event.result === 'failed') failed(span, event.error, redactor(event.name, base));
+      } finally {
+        span.end(end);
+      }
+    });
+  });
+  listen('lost', (event: LockEventMap['lost']) => {
+    const base = endHold(event, event.heldMs, 'lost');
+    safely(() => instruments().losses.add(1, { ...base, [ATTRIBUTES.reason]: event.reason }));
+  });
+  listen('renewed', (event: LockEventMap['renewed']) => {
+    safely(() => instruments().renewals.add(1, attributes(event.kind, event.name, event.slot)));
+  });
+  listen('renew-failed', (event: LockEventMap['renew-failed']) => {
+    safely(() => instruments().renewalFailures.add(1, attributes(event.kind, event.name, event.slot)));
+  });
+
   return Object.assign(stop, { [Symbol.dispose]: stop });
 }
 
@@ -202,7 +244,16 @@ function safely<T>(record: () => T): T | undefined {
  */
 function meterInstruments(provider: MeterProvider | undefined): () => Instruments {
   if (provider !== undefined) {
-    const fixed = createInstruments(provider.getMeter(SCOPE));
+    let fixed: Instruments;
+    try {
+      fixed = createInstruments(provider.getMeter(SCOPE));
+    } catch (error) {
+      // A provider the caller passed failed before any lock event: their mistake, told as such, not a TypeError.
+      throw new InvalidArgumentError(
+        'options.meterProvider',
+        `getMeter() must return a Meter (creating the instruments failed: ${textOf(error).slice(0, 200)})`,
+      );
+    }
     return () => fixed;
   }
   let registered: Instruments | undefined;
@@ -217,6 +268,23 @@ function meterInstruments(provider: MeterProvider | undefined): () => Instrument
     else registered = instruments;
     return instruments;
   };
+}
+
+/** The tracer spans are started on, from a provider checked now rather than at every event. */
+function tracerOf(provider: TracerProvider): Tracer {
+  let tracer: unknown;
+  try {
+    tracer = provider.getTracer(SCOPE);
+  } catch (error) {
+    throw new InvalidArgumentError(
+      'options.tracerProvider',
+      `getTracer() threw: ${textOf(error).slice(0, 200)}`,
+    );
+  }
+  if (typeof tracer !== 'object' || tracer === null || typeof (tracer as Tracer).startSpan !== 'function') {
+    throw new InvalidArgumentError('options.tracerProvider', 'getTracer() must return a Tracer (startSpan)');
+  }
+  return tracer as Tracer;
 }
 
 /** The class of the API's no-op meter: what the global provider hands out while no SDK is registered. */

@@ -1,4 +1,10 @@
-import { InvalidArgumentError, LockClient, MemoryLockService } from '@dlock/core';
+import {
+  InvalidArgumentError,
+  LockClient,
+  type LockEventListener,
+  type LockEventType,
+  MemoryLockService,
+} from '@dlock/core';
 import { FakeClock } from '@dlock/testing';
 import {
   type DiagLogger,
@@ -77,6 +83,136 @@ describe('input', () => {
     expect(() => instrument(client, { nameAttribute: true } as never)).toThrow(InvalidArgumentError);
     expect(() => instrument(client, { meterProvider: {} } as never)).toThrow(/meterProvider/);
     expect(() => instrument(client, { tracerProvider: 1 } as never)).toThrow(/tracerProvider/);
+  });
+
+  it('refuses a client whose events.on does not return the unsubscribe, leaving nothing listening or recording', async () => {
+    // It used to be accepted, and the stop() it returned threw "off is not a function" at the first listener.
+    const { client, uninstrument, meterProvider, tracerProvider, points, spans } = setup();
+    uninstrument();
+    const answers: [string, (type: string, off: () => void) => unknown][] = [
+      ['nothing', () => undefined],
+      ['a string', () => 'off'],
+      ['the unsubscribe for all but lost', (type, off) => (type === 'lost' ? null : off)],
+      [
+        'a throw at the third',
+        (type, off) => {
+          if (type === 'released') throw new Error('no more listeners');
+          return off;
+        },
+      ],
+    ];
+    for (const [label, answer] of answers) {
+      const junk = {
+        events: {
+          on: <K extends LockEventType>(type: K, listener: LockEventListener<K>) =>
+            answer(type, client.events.on(type, listener)),
+        },
+      };
+      let error: unknown;
+      try {
+        instrument(junk as never, { meterProvider, tracerProvider });
+      } catch (e) {
+        error = e;
+      }
+      expect(error, label).toBeInstanceOf(InvalidArgumentError);
+      expect(error, label).toMatchObject({ field: 'client.events.on' });
+    }
+    // Whatever could be unsubscribed was; what could not records nothing.
+    expect(client.events.listens('acquired')).toBe(true);
+    const handle = await client.acquire('a', { ttlMs: TTL });
+    await handle.release();
+    expect(await points(M.held)).toEqual([]);
+    expect(spans()).toEqual([]);
+  });
+
+  it('a client whose unsubscribe throws: stop() removes every other listener and takes its holds off', async () => {
+    const { client, uninstrument, meterProvider, points } = setup();
+    uninstrument();
+    const junk = {
+      events: {
+        on: <K extends LockEventType>(type: K, listener: LockEventListener<K>) => {
+          const off = client.events.on(type, listener);
+          return type === 'acquired'
+            ? () => {
+                throw new Error('cannot unsubscribe');
+              }
+            : off;
+        },
+      },
+    };
+    const errors = vi.spyOn(diag, 'error').mockImplementation(() => undefined);
+    try {
+      const stop = instrument(junk as never, { meterProvider });
+      await client.acquire('a', { ttlMs: TTL });
+      expect((await points(M.held))[0]?.value).toBe(1);
+      expect(() => stop()).not.toThrow();
+      expect(errors).toHaveBeenCalledTimes(1);
+      for (const type of EVENTS) expect(client.events.listens(type), type).toBe(type === 'acquired');
+      expect((await points(M.held))[0]?.value).toBe(0);
+      // The listener left behind records nothing more.
+      await client.acquire('b', { ttlMs: TTL });
+      expect((await points(M.held))[0]?.value).toBe(0);
+    } finally {
+      errors.mockRestore();
+    }
+  });
+
+  it('refuses a provider whose getMeter or getTracer throws or answers with no meter or tracer', () => {
+    // getMeter() answering undefined used to throw "Cannot read properties of undefined" out of instrument().
+    const { client, uninstrument } = setup();
+    uninstrument();
+    const fail = () => {
+      throw new Error('provider shut down');
+    };
+    const bad: [object, string][] = [
+      [{ meterProvider: { getMeter: () => undefined } }, 'options.meterProvider'],
+      [{ meterProvider: { getMeter: () => ({}) } }, 'options.meterProvider'],
+      [{ meterProvider: { getMeter: fail } }, 'options.meterProvider'],
+      [{ tracerProvider: { getTracer: () => null } }, 'options.tracerProvider'],
+      [{ tracerProvider: { getTracer: () => ({ startSpan: 1 }) } }, 'options.tracerProvider'],
+      [{ tracerProvider: { getTracer: fail } }, 'options.tracerProvider'],
+    ];
+    for (const [options, field] of bad) {
+      let error: unknown;
+      try {
+        instrument(client, options as never);
+      } catch (e) {
+        error = e;
+      }
+      expect(error, field).toBeInstanceOf(InvalidArgumentError);
+      expect(error).toMatchObject({ field });
+      for (const type of EVENTS) expect(client.events.listens(type)).toBe(false);
+    }
+  });
+
+  it('reads client.events once, and refuses a client whose events getter throws', () => {
+    const { client, uninstrument, meterProvider } = setup();
+    uninstrument();
+    let reads = 0;
+    const once = {
+      get events() {
+        reads++;
+        return reads === 1 ? client.events : undefined;
+      },
+    };
+    const stop = instrument(once as never, { meterProvider });
+    expect(reads).toBe(1);
+    stop();
+    const throwing = {
+      get events(): never {
+        throw new Error('getter');
+      },
+    };
+    expect(() => instrument(throwing as never)).toThrow(InvalidArgumentError);
+    const trap = new Proxy(
+      {},
+      {
+        get() {
+          throw new Error('trap');
+        },
+      },
+    );
+    expect(() => instrument(trap as never)).toThrow(InvalidArgumentError);
   });
 
   it('the global MeterProvider is read when metrics are recorded: an SDK started after instrument() gets them', async () => {
