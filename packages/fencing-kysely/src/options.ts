@@ -153,7 +153,13 @@ export function detectDialect<DB>(db: Kysely<DB>): FencingDialectName {
   }
   // getExecutor() is marked internal in Kysely's docs but is public API in its typings; instanceof works
   // because kysely is a peer dependency, so the user's adapters are built from the classes we import.
-  const adapter: unknown = (db.getExecutor() as { adapter?: unknown } | undefined)?.adapter;
+  let adapter: unknown;
+  try {
+    adapter = (db.getExecutor() as { adapter?: unknown } | undefined)?.adapter;
+  } catch {
+    // A real instance's getExecutor() does not throw; what did is no Kysely instance, whatever it threw.
+    throw new InvalidArgumentError('db', 'must be a Kysely instance (its getExecutor() threw)');
+  }
   if (adapter instanceof PostgresAdapter) return 'postgres';
   if (adapter instanceof MysqlAdapter) return 'mysql';
   if (adapter instanceof SqliteAdapter) return 'sqlite';
@@ -182,12 +188,29 @@ export function fencingSql(dialect: FencingDialectName, options: Omit<FencingTab
 
 /**
  * Refuses what cannot be a Kysely instance or Transaction before anything is sent: `null`, a pool or a connection
- * string would otherwise fail later as a TypeError from inside the gate.
+ * string would otherwise fail later as a TypeError from inside the gate. Duck-typed rather than `instanceof`, so an
+ * instance from a second installed copy of kysely passes; every Kysely, Transaction and ControlledTransaction has
+ * all four members (a Transaction's `transaction()` exists and throws), so asking for all of them refuses only
+ * objects the gate would break on, such as one without `transaction()` reaching `runFenced`.
  */
 export function assertKysely(db: unknown, field: string): void {
-  const handle =
-    typeof db === 'object' && db !== null ? (db as { executeQuery?: unknown; isTransaction?: unknown }) : {};
-  if (typeof handle.executeQuery !== 'function' || typeof handle.isTransaction !== 'boolean') {
-    throw new InvalidArgumentError(field, 'must be a Kysely instance or Transaction');
+  if (!isKyselyLike(db)) throw new InvalidArgumentError(field, 'must be a Kysely instance or Transaction');
+}
+
+function isKyselyLike(db: unknown): boolean {
+  if (typeof db !== 'object' || db === null) return false;
+  try {
+    const handle = db as Partial<
+      Record<'executeQuery' | 'transaction' | 'getExecutor' | 'isTransaction', unknown>
+    >;
+    return (
+      typeof handle.executeQuery === 'function' &&
+      typeof handle.transaction === 'function' &&
+      typeof handle.getExecutor === 'function' &&
+      typeof handle.isTransaction === 'boolean'
+    );
+  } catch {
+    // A Proxy or a getter that throws is no Kysely instance either; its error would hide which argument was wrong.
+    return false;
   }
 }

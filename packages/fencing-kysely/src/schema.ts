@@ -57,7 +57,9 @@ export function fencingMigration(options: FencingTableOptions = {}): FencingMigr
   return {
     up: (db) => ensureFencingTable(db, options),
     async down(db) {
-      await db.executeQuery(CompiledQuery.raw(tableSql(db, options).dropTable));
+      // Checked before `db.executeQuery` is read: written inline, the method is looked up before its argument.
+      const { dropTable } = tableSql(db, options);
+      await db.executeQuery(CompiledQuery.raw(dropTable));
     },
   };
 }

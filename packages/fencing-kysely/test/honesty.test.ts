@@ -166,6 +166,76 @@ describe.each(ALL_KINDS)('a callback that ends the fenced transaction, on %s', (
     expect(t.queryCount()).toBe(0);
   });
 
+  it('an object shaped only partly like Kysely is refused as db or trx before its executeQuery runs', async () => {
+    // With the dialect told, nothing but the shape check stood between such an object and the gate: runFenced
+    // failed inside the gate with "db.transaction is not a function", and checkFence or fenced sent the guard
+    // through the object's own executeQuery.
+    const sent: string[] = [];
+    const executeQuery = async (query: { sql: string }) => {
+      sent.push(query.sql);
+      return { rows: [] };
+    };
+    const method = () => undefined;
+    const shapes: [string, object][] = [
+      ['executeQuery and isTransaction false', { executeQuery, isTransaction: false }],
+      ['executeQuery and isTransaction true', { executeQuery, isTransaction: true }],
+      ['no transaction()', { executeQuery, isTransaction: false, getExecutor: method }],
+      [
+        'transaction not a function',
+        { executeQuery, isTransaction: true, getExecutor: method, transaction: 1 },
+      ],
+      ['no getExecutor()', { executeQuery, isTransaction: true, transaction: method }],
+      [
+        'getters that throw',
+        new Proxy(
+          {},
+          {
+            get() {
+              throw new Error('trap');
+            },
+          },
+        ),
+      ],
+    ];
+    const told = { ...options, dialect: t.dialect };
+    for (const [label, shape] of shapes) {
+      const junk = shape as never;
+      const calls: [string, () => Promise<unknown>][] = [
+        ['runFenced', () => runFenced(junk, fresh(), 1n, async () => 0, told)],
+        ['fenced', () => fenced(junk, fresh(), 1n, async () => 0, told)],
+        ['checkFence', () => checkFence(junk, fresh(), 1n, told)],
+        ['highWaterMark', () => highWaterMark(junk, fresh(), told)],
+        ['ensureFencingTable', () => ensureFencingTable(junk, told)],
+        ['migration up', () => fencingMigration(told).up(junk)],
+        ['migration down', () => fencingMigration(told).down(junk)],
+      ];
+      for (const [verb, call] of calls) {
+        const error = await rejection(call());
+        expect(error, `${verb}, ${label}`).toBeInstanceOf(InvalidArgumentError);
+        expect((error as InvalidArgumentError).field, `${verb}, ${label}`).toBe(
+          verb === 'checkFence' ? 'trx' : 'db',
+        );
+      }
+    }
+    // Every member present, but detecting the dialect through it fails: refused as well, not that failure.
+    const detectFails = {
+      executeQuery,
+      isTransaction: false,
+      transaction: method,
+      getExecutor: () => {
+        throw new TypeError('not an executor');
+      },
+    } as never;
+    for (const call of [
+      () => runFenced(detectFails, fresh(), 1n, async () => 0, options),
+      () => highWaterMark(detectFails, fresh(), options),
+      () => ensureFencingTable(detectFails, options),
+    ]) {
+      expect(await rejection(call())).toMatchObject({ code: 'INVALID_ARGUMENT', field: 'db' });
+    }
+    expect(sent).toEqual([]);
+  });
+
   it('property: one junk argument to any public entry is InvalidArgumentError, and nothing reaches the database', async () => {
     const junk = fc.oneof(
       fc.anything(),
