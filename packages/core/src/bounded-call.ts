@@ -248,6 +248,10 @@ class BoundedCall<T, R> extends Entry {
     let pending: Promise<T>;
     try {
       pending = call(() => this.#signal());
+      // A service that answers with a plain value or a thenable of its own (a JavaScript adapter, a mock): taken as
+      // `await` would take it. Calling its `then` here could throw after the deadline went in, which would leave
+      // that deadline to reject a promise nobody holds. Only a native promise skips the extra layer.
+      if (!(pending instanceof Promise)) pending = Promise.resolve(pending);
     } catch (error) {
       pending = Promise.reject(error);
     }

@@ -1,4 +1,5 @@
 import {
+  type AcquireRequest,
   ClientClosedError,
   LockClient,
   type LockService,
@@ -302,5 +303,48 @@ describe('a service whose unsubscribe functions throw', () => {
     } finally {
       process.off('uncaughtException', onUncaught);
     }
+  });
+});
+
+describe('a service whose methods do not return promises', () => {
+  it('plain values are taken as answers, a throwing then as a failure: every call settles, nothing goes unhandled', async () => {
+    const clock = new FakeClock();
+    const memory = new MemoryLockService({ clock });
+    const thenThrows = {
+      // biome-ignore lint/suspicious/noThenProperty: a thenable whose then throws is the input under test
+      then: () => {
+        throw new Error('broken then');
+      },
+    };
+    let grant: unknown;
+    const service = {
+      acquire: (request: AcquireRequest) => {
+        // The memory service answers synchronously underneath: hand on its value, not its promise.
+        void memory.acquire(request).then((result) => {
+          grant = result;
+        });
+        return grant ?? { acquired: false };
+      },
+      renew: () => thenThrows,
+      release: () => true,
+      watch: () => () => {},
+    } as unknown as LockService;
+    const client = new LockClient(service, { clock, operationTimeoutMs: 1_000 });
+    const first = outcome(client.tryAcquire('a', { ttlMs: 3_000 }));
+    await clock.advance(0);
+    expect(first.value).toBeNull();
+    const second = outcome(client.tryAcquire('a', { ttlMs: 3_000 }));
+    await clock.advance(0);
+    const handle = second.value;
+    expect(handle?.fencingToken).toBe(1n);
+    const renewed = outcome(handle?.renew() ?? Promise.resolve(false));
+    await clock.advance(0);
+    expect(renewed.error).toBeInstanceOf(TransportError);
+    const released = outcome(handle?.release() ?? Promise.resolve());
+    await clock.advance(0);
+    expect(released.done && released.error === undefined).toBe(true);
+    // Past every call's bound: a deadline left behind by a call that threw would reject with nobody listening.
+    await clock.advance(5_000);
+    await client.close();
   });
 });
