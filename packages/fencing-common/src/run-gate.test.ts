@@ -1,5 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { FenceBrokenError, FenceBusyError, FenceConflictError, StaleFencingTokenError } from './errors.js';
+import {
+  FenceBrokenError,
+  FenceBusyError,
+  FenceConflictError,
+  InvalidArgumentError,
+  StaleFencingTokenError,
+} from './errors.js';
 import type { FenceCall, GuardVerdict, RetryableKind, TransactionDriver } from './gate-driver.js';
 import { checkGate, runGate } from './run-gate.js';
 
@@ -230,5 +236,41 @@ describe('checkGate', () => {
     if (expected === undefined) expect(error).toBe(cause);
     else expect(error).toBeInstanceOf(expected);
     if (expected !== undefined) expect(error).toMatchObject({ cause, resource: 'r' });
+  });
+});
+
+describe('a driver step answering outside its contract', () => {
+  it('a lockedMark that resolves to anything but a bigint or null refuses the write, never admits it', async () => {
+    // An undefined mark compared as "not above the token", so a stale write went through and was committed.
+    for (const answer of [undefined, 9, '9', { last_token: '9' }]) {
+      const db = newDb({ r: 9n });
+      const driver = { ...memoryDriver(), lockedMark: async () => answer as never };
+      let ran = false;
+      const error = await rejection(
+        runGate(driver, db, call(4n), async () => {
+          ran = true;
+        }),
+      );
+      expect(error, String(answer)).toBeInstanceOf(InvalidArgumentError);
+      expect(error).toMatchObject({ field: 'driver.lockedMark' });
+      expect(ran).toBe(false);
+      expect(db.marks.get('r')).toBe(9n);
+      expect(db.log).toContain('rollback');
+      const tx: MemoryTx = { db, staged: new Map() };
+      expect(await rejection(checkGate(driver, tx, call(4n)))).toBeInstanceOf(InvalidArgumentError);
+    }
+  });
+
+  it('a classify that throws leaves the error it was asked about as the one reported', async () => {
+    const cause = driverError('OTHER');
+    const driver = {
+      ...memoryDriver({ fail: { guard: cause } }),
+      classify: (): RetryableKind => {
+        throw new TypeError('classify broke');
+      },
+    };
+    expect(await rejection(runGate(driver, newDb(), call(4n), async () => 1))).toBe(cause);
+    const tx: MemoryTx = { db: newDb(), staged: new Map() };
+    expect(await rejection(checkGate(driver, tx, call(4n)))).toBe(cause);
   });
 });

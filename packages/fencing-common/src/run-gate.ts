@@ -9,7 +9,7 @@ import {
 import type { FenceCall, GateDriver, RetryableKind, TransactionDriver } from './gate-driver.js';
 import { rejectUnknownKeys } from './option-keys.js';
 import { parseIsolationLevel, parseLockTimeoutMs } from './transaction-settings.js';
-import { assertCallback, assertResource, parseFencingToken } from './validate.js';
+import { assertCallback, assertResource, describeValue, parseFencingToken } from './validate.js';
 
 /**
  * The gate alone, inside a transaction the caller opened: guard, and when the guard does not say "accepted", read
@@ -24,7 +24,7 @@ export async function checkGate<Tx>(driver: GateDriver<Tx>, tx: Tx, call: FenceC
   try {
     if ((await driver.guard(tx, call)) !== 'accepted') await judgeByMark(driver, tx, call);
   } catch (error) {
-    throw toFencingError(driver.classify(error), error, call.resource, true);
+    throw toFencingError(classify(driver, error), error, call.resource, true);
   }
 }
 
@@ -53,7 +53,7 @@ export async function runGate<Db, Tx, T>(
       return fn(tx);
     });
   } catch (error) {
-    throw toFencingError(driver.classify(error), error, call.resource, inGuard);
+    throw toFencingError(classify(driver, error), error, call.resource, inGuard);
   }
 }
 
@@ -62,7 +62,14 @@ export async function runGate<Db, Tx, T>(
  * that should pass, so that path pays for no extra async step.
  */
 async function judgeByMark<Tx>(driver: GateDriver<Tx>, tx: Tx, call: FenceCall): Promise<void> {
-  const mark = await driver.lockedMark(tx, call);
+  const mark: unknown = await driver.lockedMark(tx, call);
+  if (typeof mark !== 'bigint' && mark !== null) {
+    // `undefined > token` is false: compared as it is, a missing mark would admit a stale write.
+    throw new InvalidArgumentError(
+      'driver.lockedMark',
+      `must resolve to a bigint or null (got ${describeValue(mark)})`,
+    );
+  }
   if (mark === null) {
     throw new FenceBrokenError(
       call.resource,
@@ -74,6 +81,18 @@ async function judgeByMark<Tx>(driver: GateDriver<Tx>, tx: Tx, call: FenceCall):
   // The guard can only raise the mark, so mark >= token here: equal means this write is the one that set it (an
   // insert the statement could not tell apart); greater means another holder got there first.
   if (mark > call.token) throw new StaleFencingTokenError(call.resource, call.token, mark);
+}
+
+/**
+ * The driver's reading of `error`. `classify` must not throw; one that does would replace the error the caller needs
+ * (a failed statement, a stale token) with its own, so the error is then taken as not retryable.
+ */
+function classify<Tx>(driver: GateDriver<Tx>, error: unknown): RetryableKind {
+  try {
+    return driver.classify(error);
+  } catch {
+    return undefined;
+  }
 }
 
 /** Maps what a retry can cure to the retryable fencing errors; everything else passes through unchanged. */
