@@ -1,6 +1,7 @@
 import type {
   NodeAcquire,
   NodeAcquireReply,
+  NodeConfirm,
   NodeMint,
   NodeRelease,
   NodeRenew,
@@ -39,6 +40,8 @@ export class World {
 interface Entry {
   readonly owner: string;
   expiresAtUs: number;
+  /** Set again by a renewal, and no majority-confirmed renewal since (the scripts' `<token> r` value). */
+  retaken: boolean;
 }
 
 export class ModelNode implements RedlockNode {
@@ -93,10 +96,10 @@ export class ModelNode implements RedlockNode {
         const current = this.#live(request.name);
         if (current?.owner === request.ownershipToken) {
           current.expiresAtUs = this.#world.nowUs + request.ttlMs * 1000;
-          return 'extended';
+          return current.retaken ? 'retaken' : 'extended';
         }
         if (current) return 'refused';
-        this.#set(request.name, request.ownershipToken, request.ttlMs);
+        this.#set(request.name, request.ownershipToken, request.ttlMs, true);
         if (this.#fence(request.name) < request.fencingToken) {
           this.#fences.set(request.name, request.fencingToken);
         }
@@ -107,9 +110,19 @@ export class ModelNode implements RedlockNode {
 
   release(request: NodeRelease): Promise<boolean> {
     return this.#op(() => {
-      if (this.#live(request.name)?.owner !== request.ownershipToken) return false;
+      const current = this.#live(request.name);
+      if (current?.owner !== request.ownershipToken) return false;
       this.#locks.delete(request.name);
-      return true;
+      return !current.retaken;
+    });
+  }
+
+  confirm(requests: readonly NodeConfirm[]): Promise<void> {
+    return this.#op(() => {
+      for (const request of requests) {
+        const current = this.#live(request.name);
+        if (current?.owner === request.ownershipToken) current.retaken = false;
+      }
     });
   }
 
@@ -133,8 +146,8 @@ export class ModelNode implements RedlockNode {
     return entry;
   }
 
-  #set(name: string, owner: string, ttlMs: number): void {
-    this.#locks.set(name, { owner, expiresAtUs: this.#world.nowUs + ttlMs * 1000 });
+  #set(name: string, owner: string, ttlMs: number, retaken = false): void {
+    this.#locks.set(name, { owner, expiresAtUs: this.#world.nowUs + ttlMs * 1000, retaken });
   }
 
   /** The counter, seeded if missing: from the clock like the scripts, or from 0 for the negative control. */

@@ -282,6 +282,7 @@ describe('QuorumLock under contention and abandonment (in-process nodes)', () =>
       mint: node.mint.bind(node),
       renew: node.renew.bind(node),
       release: node.release.bind(node),
+      confirm: node.confirm.bind(node),
     }));
     const lock = new QuorumLock({
       nodes: silent,
@@ -318,6 +319,7 @@ describe('QuorumLock: clean-ups and releases that nodes fail', () => {
         tries.push(i);
         return down.has(i) ? Promise.reject(new TransportError('not connected')) : node.release(r);
       },
+      confirm: node.confirm.bind(node),
     }));
     return { models, list, down, tries };
   }
@@ -392,7 +394,7 @@ describe('QuorumLock: clean-ups and releases that nodes fail', () => {
     expect(tries).toEqual([2]);
   });
 
-  it('release: false only when no majority can hold the grant; fewer answers are a transport error', async () => {
+  it('release: true only once a majority deleted, false only when no majority can hold the grant; else a transport error', async () => {
     const { models, list, down } = flaky(3);
     const clock = new FakeClock();
     const lock = new QuorumLock({ nodes: list, nodeTimeoutMs: 100, clock, newOwnershipToken: () => 'me' });
@@ -406,6 +408,15 @@ describe('QuorumLock: clean-ups and releases that nodes fail', () => {
     await clock.advance(100); // nodes 1 and 2 are tried again until the release's bound
     await unknown;
     down.delete(1);
+    // One delete (node 1) and one node without the key (node 0) prove neither answer while node 2 is silent.
+    const stillUnknown = expect(lock.release(lease)).rejects.toBeInstanceOf(TransportError);
+    await clock.advance(100);
+    await stillUnknown;
+    await models[1]?.renew([
+      { name: 'n', ownershipToken: 'me', fencingToken: lease.fencingToken, ttlMs: 10_000 },
+    ]);
+    await models[1]?.confirm([{ name: 'n', ownershipToken: 'me' }]);
+    down.delete(2);
     expect(await lock.release(lease)).toBe(true);
     expect(await lock.release(lease)).toBe(false);
   });

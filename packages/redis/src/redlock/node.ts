@@ -17,8 +17,21 @@ export interface RedlockNode {
   mint(request: NodeMint, signal: AbortSignal): Promise<boolean>;
   /** Extends every lease still owned here; results in request order. */
   renew(requests: readonly NodeRenew[], signal: AbortSignal): Promise<readonly NodeRenewReply[]>;
-  /** Owner-checked delete, announcing the release; whether something was deleted. */
+  /**
+   * Owner-checked delete, announcing the release; whether the lease's key was deleted and had been the lease's since
+   * its last confirmed renewal (false for a key a renewal re-took and no majority confirmed since: that proves nothing).
+   */
   release(request: NodeRelease, signal: AbortSignal): Promise<boolean>;
+  /**
+   * After a renewal a majority confirmed with `extended`: the keys this node answered `retaken` have been the leases'
+   * since then, and later renewals may count them as `extended`.
+   */
+  confirm(requests: readonly NodeConfirm[], signal: AbortSignal): Promise<void>;
+}
+
+export interface NodeConfirm {
+  readonly name: string;
+  readonly ownershipToken: string;
 }
 
 export interface NodeAcquire {
@@ -46,8 +59,8 @@ export interface NodeRenew {
 }
 
 /**
- * `extended`: the key was present and ours. `retaken`: it was gone and was set again (evidence of a gap, never of
- * continuous ownership). `missing`: it was gone and was left so. `refused`: another owner holds it.
+ * `extended`: the key was present and ours. `retaken`: it was gone and was set again, now or by an earlier renewal no
+ * majority has confirmed since (evidence of a gap, never of continuous ownership). `missing`: it was gone and was left so. `refused`: another owner holds it.
  */
 export type NodeRenewReply = 'extended' | 'retaken' | 'missing' | 'refused';
 

@@ -5,6 +5,7 @@ import type { LuaScript, RunOptions } from '../lua-script.js';
 import {
   type NodeAcquire,
   type NodeAcquireReply,
+  type NodeConfirm,
   type NodeMint,
   NodeNotConnectedError,
   type NodeRelease,
@@ -12,9 +13,9 @@ import {
   type NodeRenewReply,
   type RedlockNode,
 } from './node.js';
-import { ACQUIRE, MINT, RELEASE, RENEW } from './scripts.js';
+import { ACQUIRE, CONFIRM, MINT, RELEASE, RENEW } from './scripts.js';
 
-const SCRIPTS: readonly LuaScript[] = [ACQUIRE, MINT, RENEW, RELEASE];
+const SCRIPTS: readonly LuaScript[] = [ACQUIRE, MINT, RENEW, RELEASE, CONFIRM];
 
 /** A counter as the scripts return it: a decimal string of at most 16 digits (below 2^53, exact in Lua). */
 const COUNTER = /^\d{1,16}$/;
@@ -134,6 +135,16 @@ export class RedisRedlockNode implements RedlockNode {
       ? await RELEASE.runWhole((command) => this.#send(command, signal), [keys.lock], args)
       : await this.#eval(RELEASE, [keys.lock], args, signal);
     return int(reply) === 1;
+  }
+
+  async confirm(requests: readonly NodeConfirm[], signal: AbortSignal): Promise<void> {
+    const keys = requests.map((request) => redlockKeys(this.#prefix, request.name).lock);
+    await this.#eval(
+      CONFIRM,
+      keys,
+      requests.map((request) => request.ownershipToken),
+      signal,
+    );
   }
 
   /**

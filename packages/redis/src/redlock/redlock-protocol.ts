@@ -10,6 +10,7 @@ import {
 } from '@dlock/core';
 import {
   type NodeAcquireReply,
+  type NodeConfirm,
   NodeNotConnectedError,
   type NodeRelease,
   type NodeRenew,
@@ -206,10 +207,12 @@ export class QuorumLock {
   }
 
   /**
-   * Owner-checked delete on every node. True once some node deleted the key and so many answered that no majority
-   * can still hold it; false if so many nodes answered that they did not hold it that no majority can (the lock was
-   * lost); otherwise a `TransportError`: the outcome is unknown, and the lock may stay held until its TTL.
-   * Ends once too few nodes are left unanswered to make a majority (a paused node does not delay it).
+   * Owner-checked delete on every node. True once a majority deleted the lease's key (each one the lease's since its
+   * last confirmed renewal): the lease held the lock until then. False once so many nodes did not that no majority
+   * can have (the lock was lost, maybe to a rival). Otherwise a `TransportError`: the outcome is unknown, and the
+   * lock may stay held until its TTL. Ends once either is decided (a paused node does not delay it).
+   * One delete among more than N − quorum answers was "released": with a rival holding the lock on a majority that
+   * had lost the lease's keys, the one node still keeping it made the answer.
    *
    * A node whose try failed (its connection dropped, its client reconnecting) is tried again until the release's
    * bound (one round timeout) or close(), also after the round was decided without it: one try per node told
@@ -245,19 +248,17 @@ export class QuorumLock {
         tries.then(settled, settled);
         return tries;
       },
-      (results) => results.filter((o) => o.status === 'ok').length > n - q,
+      (results) => {
+        const { answered, deleted } = countDeletes(results);
+        return deleted >= q || answered - deleted > n - q;
+      },
     );
-    let answered = 0;
-    let deleted = 0;
-    for (const o of outcomes) {
-      if (o.status !== 'ok') continue;
-      answered += 1;
-      if (o.value) deleted += 1;
-    }
-    // Either answer needs more than N − quorum nodes without the key: fewer say nothing, since the silent nodes may be
-    // the majority that holds the grant (and will delete it when the command they were sent runs). "Not held" needs
-    // every one of them to say so.
-    if (answered > n - q) return deleted > 0;
+    const { answered, deleted } = countDeletes(outcomes);
+    // "Released" needs a majority that held the lease's key up to the delete; "lost" needs so many nodes without it
+    // that no majority can have held it (the silent nodes may be the majority that does, and delete it when the
+    // command they were sent runs).
+    if (deleted >= q) return true;
+    if (answered - deleted > n - q) return false;
     throw new TransportError(
       `Redlock: only ${answered} of ${n} nodes answered the release of "${lease.name}", ${deleted} of them deleting it (quorum ${q})`,
       { cause: firstError(outcomes) },
@@ -297,11 +298,36 @@ export class QuorumLock {
       (node, s) => node.renew(items, s),
       (results) => items.every((_, i) => decideRenewal(results, i, n, q) !== UNDECIDED),
     );
-    return requests.map(({ lease }, i) => {
+    const decisions = requests.map(({ lease }, i) => {
       const decision = decideRenewal(outcomes, i, n, q);
       // Keys this lease still has on a minority would only block the next owner until they expire.
       if (decision !== UNDECIDED && !decision.renewed) this.releaseInBackground(lease);
       return decision;
+    });
+    this.#confirmRetaken(items, outcomes, decisions);
+    return decisions;
+  }
+
+  /**
+   * Marks plain again, in the background, the re-taken keys of the leases this renewal confirmed: from it on they
+   * have been the leases' without a gap. Only a renewal that re-took or found a re-taken key sends anything. A
+   * confirmation that does not land leaves the key marked: later renewals count it against the lease, never for it.
+   */
+  #confirmRetaken(
+    items: readonly NodeRenew[],
+    outcomes: readonly Outcome<readonly NodeRenewReply[]>[],
+    decisions: readonly RenewDecision[],
+  ): void {
+    outcomes.forEach((outcome, index) => {
+      if (outcome.status !== 'ok') return;
+      const confirmed: NodeConfirm[] = [];
+      outcome.value.forEach((reply, i) => {
+        const decision = decisions[i];
+        if (reply === 'retaken' && decision !== UNDECIDED && decision?.renewed) {
+          confirmed.push(items[i] as NodeRenew);
+        }
+      });
+      if (confirmed.length > 0) this.#inBackground((node, s) => node.confirm(confirmed, s), index);
     });
   }
 
@@ -408,6 +434,18 @@ function countClaims(outcomes: readonly Outcome<NodeAcquireReply>[]): {
     }
   }
   return { granted, refused, pending };
+}
+
+/** Nodes that answered a release, and those of them that deleted the lease's key. */
+function countDeletes(outcomes: readonly Outcome<boolean>[]): { answered: number; deleted: number } {
+  let answered = 0;
+  let deleted = 0;
+  for (const o of outcomes) {
+    if (o.status !== 'ok') continue;
+    answered += 1;
+    if (o.value) deleted += 1;
+  }
+  return { answered, deleted };
 }
 
 /** Nodes that raised their counter from below the token to the token. */
