@@ -94,8 +94,23 @@ export class Database {
    */
   boundLeft(since: number, timeoutMs = this.timeoutMs): unknown {
     const end = since + timeoutMs;
-    const left = (): number => Math.max(0, end - this.clock.monotonic());
-    return isPGlite(this.#pool) ? left() : { toPostgres: () => String(left()) };
+    return this.atWrite(() => String(Math.max(0, end - this.clock.monotonic())));
+  }
+
+  /**
+   * A lease's TTL as the parameter a grant or renewal counts from `statement_timestamp()`: `ttlMs` less the time since
+   * `since` (the call's start, from which its caller counts the lease) when pg writes the statement to a connection.
+   * Counted whole from the server's receipt, a lease whose statement waited in the pool's queue would outlive its
+   * holder's window by that wait, and a renewal arriving after the holder had reported the lock lost would still find
+   * it live. May be 0 or less (the wait outlasted the TTL): such a lease is over when it is written.
+   */
+  ttlLeft(since: number, ttlMs: number): unknown {
+    return this.atWrite(() => ttlMs - (this.clock.monotonic() - since));
+  }
+
+  /** `value()` when pg binds the statement (after any wait for a pool connection); PGlite, which has none, now. */
+  atWrite(value: () => unknown): unknown {
+    return isPGlite(this.#pool) ? value() : { toPostgres: () => value() };
   }
 
   /** True when notices can arrive at all (the `listen` option is not `false`). */

@@ -216,6 +216,7 @@ export class PostgresLockService implements LockService {
    * processes' releases (and grants) through an observer row and a notice, while this service can listen.
    */
   watch(name: string, onReleased: () => void): () => void {
+    assertStorableText(name, 'name');
     if (this.#closing.signal.aborted) return () => {};
     return this.#watch.onName(name, onReleased);
   }
@@ -241,6 +242,7 @@ export class PostgresLockService implements LockService {
    * every half lease.
    */
   watchChanges(name: string, onChange: () => void): () => void {
+    assertStorableText(name, 'name');
     if (this.#closing.signal.aborted) return () => {};
     return this.#watch.onName(name, onChange);
   }

@@ -336,7 +336,8 @@ export class PostgresProtocol implements QueueDriver<Claim, Wait> {
     const values: unknown[] = [
       request.name,
       claim.id,
-      request.ttlMs,
+      // Counted by core from `sentAt`: a wait for a pool connection comes off the lease (see `ttlLeft`).
+      this.#db.ttlLeft(sentAt, request.ttlMs),
       request.metadata ?? null,
       waiterLeaseMs,
       claim.queue ? this.#watch.channel : null,
@@ -436,14 +437,16 @@ export class PostgresProtocol implements QueueDriver<Claim, Wait> {
       tokens.push(lease.fencingToken.toString());
       ttls.push(ttlMs);
     }
+    const since = this.#db.clock.monotonic();
     const rows = await this.#db.query(`renew (${requests.length})`, this.#sql.renew, [
       kinds,
       names,
       slots,
       owners,
       tokens,
-      ttls,
-      this.#db.boundLeft(this.#db.clock.monotonic()),
+      // Core counts each renewed lease from before this call: a wait for a pool connection comes off (see `ttlLeft`).
+      this.#db.atWrite(() => ttls.map((ttl) => ttl - (this.#db.clock.monotonic() - since))),
+      this.#db.boundLeft(since),
     ]);
     const renewed = new Set<number>();
     for (const row of rows) {

@@ -258,7 +258,8 @@ ON CONFLICT (kind, name, slot) DO UPDATE SET token = f.token WHERE false;
 ${permitQuery}
 $dlock$`;
 
-  // Lock acquire, enqueue and re-check alike ($1 name, $2 claim id = the grant's ownership token, $3 TTL ms,
+  // Lock acquire, enqueue and re-check alike ($1 name, $2 claim id = the grant's ownership token, $3 TTL ms less the
+  // time the call waited for a pool connection, counted from statement_timestamp(),
   // $4 metadata, $5 the waiter row's lease in ms (0: do not queue), $6 the caller's notify channel, $7 the
   // statement's bound in ms: past it, nothing is granted, queued or marked; $8 the owner id, stored for inspect),
   // the body of the lock function.
@@ -497,7 +498,8 @@ END $$`,
     // its rows: the holder's window counts from when it sent the renewal, so a lease counted from after a row-lock
     // wait would outlive that window by the wait, and the next renewal, reaching the row after the holder had
     // reported the lock lost (its window closed), would find it live and extend it again: held by a holder that
-    // believes it lost it. Counted from arrival, the lease ends at most a one-way trip (and the clocks' drift)
+    // believes it lost it. The TTLs ($6) come less the time the call waited for a pool connection, for the same
+    // reason. Counted from arrival, the lease ends at most a one-way trip (and the clocks' drift)
     // after the window, so a renewal that arrives after the window finds it run out. Never shortened (`greatest`),
     // as core's window is the latest of its renewals' (a renewal with a shorter TTL, or one whose wait outlasted its
     // TTL, may be answered after the holder counted on a longer one).

@@ -223,6 +223,40 @@ describe("a renewal that reaches its row after its holder's window closed", () =
   });
 });
 
+describe("a renewal that reaches its row after its holder's window closed, after a wait for a connection", () => {
+  // The same window, with the first renewal held up in the pool's queue (every connection taken) instead of on the
+  // server: the holder's window counts from its send, before that wait.
+  it.each(['l', 's'] as const)('extends nothing (kind %s)', async (kind) => {
+    const ttlMs = 1_000;
+    const small: pg.Pool = newPool(2);
+    const service = new PostgresLockService({
+      pool: small,
+      schema: tables.name,
+      listen: false,
+      requestTimeoutMs: 5_000,
+    });
+    try {
+      const lease = await acquired(service, kind, `late-renewal-pool-${kind}`, ttlMs);
+      const taken = [await small.connect(), await small.connect()];
+      const sent = performance.now();
+      const first = service.renewMany([{ lease, ttlMs }]);
+      await sleep(800);
+      for (const connection of taken) connection.release();
+      expect(await first).toEqual([{ renewed: true }]);
+      const lock = await rowLock(lease);
+      const second = service.renewMany([{ lease, ttlMs: 30_000 }]);
+      await waitingOnLock('%unnest(%');
+      await sleep(1_400 - (performance.now() - sent));
+      await lock.end();
+      expect(await second).toEqual([{ renewed: false }]);
+      expect((await leaseRow(lease))?.ms ?? 0).toBeLessThanOrEqual(0);
+    } finally {
+      await service.close();
+      await small.end();
+    }
+  });
+});
+
 describe('the observer-row delete', () => {
   it('held up on a row lock past its bound deletes nothing, and close() deletes the row', async () => {
     const service = new PostgresLockService({

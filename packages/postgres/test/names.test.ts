@@ -68,4 +68,22 @@ describe('names', () => {
       await service.close();
     }
   });
+
+  it('refuses to watch a name with a NUL character before any I/O', async () => {
+    // A service that listens: an observer row would be written for the name, and its insert failed unseen, so the
+    // subscriber never heard of another process's release.
+    const service = new PostgresLockService({ pool, schema: tables.name });
+    const client = new LockClient(service);
+    try {
+      const statements = service.statements;
+      const invalid = expect.objectContaining({ code: 'INVALID_ARGUMENT' });
+      expect(() => client.onRelease('jobs\u0000:42', () => {})).toThrow(invalid);
+      expect(() => service.watchChanges('jobs\u0000:42', () => {})).toThrow(invalid);
+      expect(() => service.watch('jobs\u0000:42', () => {})).toThrow(invalid);
+      expect(service.statements).toBe(statements);
+    } finally {
+      await client.close();
+      await service.close();
+    }
+  });
 });
