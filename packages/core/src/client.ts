@@ -187,8 +187,8 @@ export class LockClient {
           }),
         ),
       assertOpen: () => this.#assertOpen(),
-      lose: (handle) => {
-        if (handle instanceof Handle && handle.state === 'held') this.#lose(handle, 'rejected', undefined);
+      lose: (handle, reason) => {
+        if (handle instanceof Handle && handle.state === 'held') this.#lose(handle, reason, undefined);
       },
     };
     this.#semaphoreHost = {

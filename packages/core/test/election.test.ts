@@ -76,6 +76,37 @@ describe('election on the memory service', () => {
     await expect(leading.resign()).rejects.toBeInstanceOf(LockLostError);
   });
 
+  it('proclaim after a pause past the window says the leadership expired, and tells the service nothing', async () => {
+    const { client, clock, faulty, memory } = harness();
+    const lost: string[] = [];
+    const leading = await client
+      .election('pause', { ttlMs: TTL })
+      .campaign({ value: 'before', onLost: (_l, reason) => lost.push(reason) });
+    // Past the window (TTL less the drift allowance of 12 ms) but short of the service's TTL: the lease is still
+    // there, yet this client no longer vouches for it.
+    clock.jump(TTL - 5);
+    expect(memory.holder('pause')).toBe(leading.epoch);
+    const proclaimed = outcome(leading.proclaim('after'));
+    await clock.advance(0);
+    expect(proclaimed.error).toBeInstanceOf(LockLostError);
+    expect((proclaimed.error as LockLostError).reason).toBe('expired');
+    expect(leading.state).toBe('lost');
+    expect(lost).toEqual(['expired']);
+    expect(faulty.counts.attempted.updateMetadata).toBe(0);
+    expect(leading.value).toBe('before');
+  });
+
+  it('a proclaim answered after the window closed (a pause in flight) is a loss, not a success', async () => {
+    const { client, clock, faulty } = harness();
+    const leading = await client.election('slow', { ttlMs: TTL }).campaign({ value: 'before' });
+    // Applied while the service still has the lease (it ends at TTL), answered after the window closed (TTL - 12).
+    faulty.latency(TTL - 5);
+    const proclaimed = outcome(leading.proclaim('after'));
+    await clock.advanceUntil(() => proclaimed.done, 2 * TTL);
+    expect(proclaimed.error).toBeInstanceOf(LockLostError);
+    expect(leading.state).toBe('lost');
+  });
+
   it('proclaim on a grant the service no longer has makes the leadership lost', async () => {
     // The service's clock runs apart from the client's: the lease ends there while the client still believes.
     const serviceClock = new FakeClock();

@@ -18,6 +18,9 @@ export interface ElectionHost {
   /** Runs one service call bounded by `operationTimeoutMs`, tracked like every public call of the client. */
   call<T>(fn: () => Promise<T>, what: string): Promise<T>;
   assertOpen(): void;
-  /** The service said this handle's grant is gone (a refused proclaim): make it lost, as a refused renewal would. */
-  lose(handle: LockHandle): void;
+  /**
+   * Makes a held handle lost: `rejected` when the service said its grant is gone (a refused proclaim, as a refused
+   * renewal would), `expired` when its window closed first.
+   */
+  lose(handle: LockHandle, reason: 'rejected' | 'expired'): void;
 }

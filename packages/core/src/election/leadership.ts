@@ -55,13 +55,15 @@ export class Leadership implements AsyncDisposable {
 
   /**
    * Changes the value the service reports for this leader, keeping the epoch. Rejects with the leadership's
-   * `LockLostError` when it no longer leads (the service said so: the leadership becomes `lost`), with a
-   * `LockReleasedError` after `resign()`, with a `TransportError` when the service could not be told.
+   * `LockLostError` when it no longer leads: the service said so (`rejected`), or the validity window closed before
+   * the call (`expired`, and nothing is sent) or before its answer came (`expired`, although the service may show the
+   * value). The leadership is then `lost`. Rejects with a `LockReleasedError` after `resign()`, with a
+   * `TransportError` when the service could not be told.
    */
   async proclaim(value: string): Promise<void> {
     const next = validateMetadata(value, 'value');
     this.#host.assertOpen();
-    this.#assertLeading();
+    this.#assertWindowOpen();
     const { service } = this.#host;
     const lease = this.#handle.lease;
     // An election exists only on a service with updateMetadata (checked when it was made).
@@ -71,10 +73,13 @@ export class Leadership implements AsyncDisposable {
     );
     if (ok) {
       this.#value = next;
+      // Written while the service still had the grant, but answered after the window closed (a pause, a slow
+      // reply): for the time in between this client vouched for nothing, and a late yes cannot say it led.
+      this.#assertWindowOpen();
       return;
     }
     // The service no longer has our grant (an owner-checked write refused): that is a loss, as a refused renewal is.
-    this.#host.lose(this.#handle);
+    this.#host.lose(this.#handle, 'rejected');
     this.#assertLeading();
     throw new LockLostError(this.name, this.epoch, 'rejected');
   }
@@ -93,6 +98,12 @@ export class Leadership implements AsyncDisposable {
    */
   async [Symbol.asyncDispose](): Promise<void> {
     await this.#handle[Symbol.asyncDispose]();
+  }
+
+  /** Leading, and the window still open: a window that closed (a pause past the lease) is a loss, `expired`. */
+  #assertWindowOpen(): void {
+    if (this.#handle.state === 'held' && !this.#handle.isHeld()) this.#host.lose(this.#handle, 'expired');
+    this.#assertLeading();
   }
 
   #assertLeading(): void {
