@@ -154,6 +154,33 @@ describe('withFenceRetry', () => {
     expect(delays.filter((ms) => ms !== 0)).toEqual([]);
   });
 
+  it('a signal whose listener methods throw ends no process and no wait early; the attempt error is rethrown', async () => {
+    // A signal-like object passes the duck-typed check. Its removeEventListener used to throw inside the backoff's
+    // timer callback, an uncaught exception; an addEventListener that threw replaced the attempt's error.
+    const fail = () => {
+      throw new Error('polyfill');
+    };
+    const signals = [
+      { aborted: false, addEventListener: () => undefined, removeEventListener: fail },
+      { aborted: false, addEventListener: fail, removeEventListener: () => undefined },
+    ];
+    for (const signal of signals) {
+      vi.useFakeTimers();
+      let calls = 0;
+      const done = withFenceRetry(
+        async () => {
+          calls++;
+          throw new FenceBusyError('r', undefined);
+        },
+        { maxAttempts: 3, baseDelayMs: 5, maxDelayMs: 5, signal: signal as never },
+      ).catch((e: unknown) => e);
+      await vi.runAllTimersAsync();
+      expect(await done).toBeInstanceOf(FenceBusyError);
+      expect(calls).toBe(3);
+      vi.useRealTimers();
+    }
+  });
+
   it('refuses a misspelt option before the first attempt, naming the key meant', async () => {
     let calls = 0;
     const attempt = async () => {

@@ -97,14 +97,27 @@ function isAbortSignalLike(value: unknown): value is AbortSignal {
   );
 }
 
+/**
+ * Waits `ms`, or less when `signal` aborts. A signal-like object's listener methods may throw (a real AbortSignal's
+ * do not): thrown in the timer's callback it would be an uncaught exception, and thrown here it would replace the
+ * attempt's error. Unable to listen, the wait simply runs its bounded course; the caller checks `aborted` after.
+ */
 function delay(ms: number, signal: AbortSignal | undefined): Promise<void> {
   return new Promise((resolve) => {
     const done = () => {
       clearTimeout(timer);
-      signal?.removeEventListener('abort', done);
+      try {
+        signal?.removeEventListener('abort', done);
+      } catch {
+        // The wait is over either way; a listener left on the signal only calls done() again, a no-op.
+      }
       resolve();
     };
     const timer = setTimeout(done, ms);
-    signal?.addEventListener('abort', done, { once: true });
+    try {
+      signal?.addEventListener('abort', done, { once: true });
+    } catch {
+      // Not listening: the timer alone ends the wait.
+    }
   });
 }
