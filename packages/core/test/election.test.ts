@@ -277,6 +277,24 @@ describe('election on the memory service', () => {
     expect(runs).toBe(2);
   });
 
+  it('runWhileLeader: a pause past the lease while fn ran is a loss like any other: it stands again', async () => {
+    const { client, clock } = harness();
+    const runs: { epoch: bigint; paused: boolean }[] = [];
+    const result = outcome(
+      client.election('paused', { ttlMs: TTL }).runWhileLeader(async (leadership) => {
+        const paused = runs.length === 0;
+        runs.push({ epoch: leadership.epoch, paused });
+        if (paused) clock.jump(2 * TTL); // stop-the-world: the lease ran out and nothing ran to say so
+        return runs.length;
+      }),
+    );
+    await clock.advanceUntil(() => result.done, 10 * TTL);
+    expect(result.error).toBeUndefined();
+    expect(result.value).toBe(2);
+    expect(runs).toHaveLength(2);
+    expect(runs[1]?.epoch).toBeGreaterThan(runs[0]?.epoch ?? 0n);
+  });
+
   it('runWhileLeader: an abort resigns and rejects with the reason; a waiting campaign(Infinity) ends by its signal', async () => {
     const { client, makeClient, clock } = harness();
     const stop = new AbortController();

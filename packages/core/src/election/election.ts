@@ -1,4 +1,4 @@
-import { AcquireTimeoutError, type LostReason } from '../errors.js';
+import { AcquireTimeoutError, LockLostError, type LostReason } from '../errors.js';
 import type { Handle } from '../handle.js';
 import { MAX_TIMER_MS } from '../options.js';
 import type { ElectionHost } from './election-host.js';
@@ -127,7 +127,8 @@ export class Election {
   /**
    * Campaigns (without a budget), runs `fn` with the leadership, and:
    * - if `fn` settles while still leading, resigns and settles like `fn`;
-   * - if leadership is lost, waits for `fn` to settle and campaigns again;
+   * - if leadership is lost, waits for `fn` to settle and campaigns again (also when only the resignation finds the
+   *   loss out: a pause past the lease while `fn` ran);
    * - when the signal aborts, resigns if leading and rejects with the signal's reason.
    * `fn` should stop when `leadership.signal` aborts, and pass `leadership.epoch` with every write it makes.
    */
@@ -148,7 +149,14 @@ export class Election {
         throw outcome.reason;
       }
       if (leadership.state === 'leading') {
-        await leadership.resign();
+        try {
+          await leadership.resign();
+        } catch (error) {
+          // Lost although nothing had said so yet: the window closed while fn ran (a pause), or the service no
+          // longer had the grant. A loss like any other.
+          if (!(error instanceof LockLostError)) throw error;
+          continue;
+        }
         if (outcome.kind === 'rejected') throw outcome.error;
         return outcome.value;
       }
