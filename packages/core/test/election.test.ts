@@ -189,6 +189,18 @@ describe('election on the memory service', () => {
     expect(await seen.done).toBeUndefined();
   });
 
+  it('an observer first iterated after close() ends with ClientClosedError instead of waiting for ever', async () => {
+    const { client, clock, faulty } = harness();
+    const iterable = client.election('late', { ttlMs: TTL }).observe();
+    await client.close();
+    const seen = collect(iterable);
+    const ended = outcome(seen.done);
+    await clock.advance(10 * TTL);
+    expect(ended.value).toBeInstanceOf(ClientClosedError);
+    expect(seen.seen).toEqual([]);
+    expect(faulty.counts.attempted.inspect).toBe(0); // and nothing goes on polling the service
+  });
+
   it('observe ends with ClientClosedError when its client closes', async () => {
     const { client, clock } = harness();
     const seen = collect(client.election('c', { ttlMs: TTL }).observe());

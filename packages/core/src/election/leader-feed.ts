@@ -57,6 +57,13 @@ export class LeaderFeed {
   }
 
   subscribe(sink: LeaderSink): () => void {
+    const { closing } = this.#host;
+    if (closing.aborted) {
+      // An observer that begins after close() (observe() was called before it, iterated after): end it as close
+      // ends the others, and start no poll, which nothing would ever stop.
+      sink.end(closing.reason instanceof Error ? closing.reason : new Error('closed'));
+      return () => {};
+    }
     this.#sinks.set(sink, { first: true });
     if (this.#stop === undefined) this.#start();
     this.poke();
