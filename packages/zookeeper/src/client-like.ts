@@ -20,7 +20,7 @@ export interface ZooKeeperStatLike {
   readonly pzxid?: Buffer;
   /**
    * The node's data version: a lock parent is deleted by a try only at the version it was seen with, so that data
-   * written since is not lost. A client whose stats lack it never has a parent it did not make deleted by a try.
+   * written since is not lost. A client whose stats lack it never has a parent deleted by a try.
    */
   readonly version?: number;
 }
@@ -127,9 +127,9 @@ export interface ZooKeeperClientLike {
    */
   setData?(path: string, data: Buffer, version: number, callback: ZooKeeperCallback<unknown>): void;
   /**
-   * Reads a node's ACL and stat. Optional: a try that does not wait (a semaphore's take too) reads it once for a
-   * parent it did not make, and without it queues the ordinary way in such a parent (see the README's *A caller
-   * that does not wait*); idle parents and semaphores are then read with `exists`, their data only.
+   * Reads a node's ACL and stat. Optional: a try that does not wait (a semaphore's take too) reads the parent it
+   * would delete with it first, and without it queues the ordinary way (see the README's *A caller that does not
+   * wait*); idle parents and semaphores are then read with `exists`, their data only.
    */
   getACL?(
     path: string,

@@ -1,24 +1,27 @@
 import { decodeLockName, encodeLockName, limitOf } from './keys.js';
-import { childrenOf, plainVersion } from './node-ops.js';
+import { childrenOf, readPlain } from './node-ops.js';
 import type { MultiOp, Session } from './zookeeper-session.js';
 
 /**
  * Deletes an idle semaphore's node with its two parents, in one `multi`: NotEmpty (someone holds or waits again),
  * NoNode (someone else deleted it) or BadVersion (data written since) leave everything as it is. Each node is read
- * first (pipelined, one round trip): a semaphore with a node someone gave data or another ACL is theirs to keep.
+ * first (pipelined, one round trip): a semaphore with a node someone gave data or another ACL is theirs to keep,
+ * and resolves 'kept'.
  */
-export async function removeIdleSemaphore(session: Session, semaphore: string): Promise<void> {
+export async function removeIdleSemaphore(session: Session, semaphore: string): Promise<'kept' | undefined> {
   const children = await childrenOf(session, semaphore);
-  if (children === undefined) return;
+  if (children === undefined) return undefined;
   const paths = [...children.map((child) => `${semaphore}/${child}`), semaphore];
-  const versions = await Promise.all(paths.map((path) => plainVersion(session, path)));
+  const versions = await Promise.all(paths.map((path) => readPlain(session, path)));
+  if (versions.includes('foreign')) return 'kept';
   const ops: MultiOp[] = [];
   for (const [i, path] of paths.entries()) {
     const version = versions[i];
-    if (version === undefined) return;
+    if (typeof version !== 'number') return undefined;
     ops.push({ op: 'remove', path, version });
   }
   await session.multi(ops);
+  return undefined;
 }
 
 /**

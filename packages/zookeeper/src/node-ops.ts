@@ -50,10 +50,9 @@ export function isOpenAcl(acls: readonly ZooKeeperAclLike[]): boolean {
 }
 
 /**
- * The data version of a parent a try (a lock's, or a semaphore's take of a free slot) made: created and written once
- * (empty) in the same multi. Such a try deletes a parent it knows nothing of at this version only, so one made by
- * someone else (with data or another ACL, at version 0) or written since (setData) is read first
- * ({@link lookAtParent}). node-zookeeper-client sends a transaction's version 0 as -1 (any version).
+ * The data version of a parent a try (a lock's, or a semaphore's take of a free slot) makes: created and written
+ * once (empty) in the same multi. A delete can then name the version read (node-zookeeper-client sends a
+ * transaction's version 0 as -1, any version), so that data written between the read and the delete refuses it.
  */
 export const MADE_VERSION = 1;
 
@@ -70,13 +69,20 @@ export function deleteVersion(version: number): number {
   return version > 0 ? version : -1;
 }
 
-/** What a parent's ACL read showed: no node, one a try may delete (at this version), or one it must not. */
-export type ParentLook = 'missing' | 'foreign' | { readonly version: number };
+/**
+ * What a parent's ACL read showed: no node, one a try may delete (at this version; `children` is its child count,
+ * undefined when the stat lacks it), or one it must not.
+ */
+export type ParentLook =
+  | 'missing'
+  | 'foreign'
+  | { readonly version: number; readonly children: number | undefined };
 
 /**
- * Reads a parent's ACL and stat (one request, when the parent was not at the version expected): a try deletes and
- * re-creates only a parent with no data and the open ACL dlock gives its nodes, or those would be lost. Foreign too
- * when the client cannot read ACLs or the stat has no version: then the parent is left alone.
+ * Reads a parent's ACL and stat (one request) before a try deletes it: a try deletes and re-creates only a parent
+ * with no data and the open ACL dlock gives its nodes, or those would be lost. A multi cannot check this itself:
+ * its `check` and versioned delete compare the data version only, which `setAcl` leaves alone. Foreign too when
+ * the client cannot read ACLs or the stat has no version: then the parent is left alone.
  */
 export async function lookAtParent(session: Session, parent: string): Promise<ParentLook> {
   if (typeof session.client.getACL !== 'function') return 'foreign';
@@ -84,30 +90,34 @@ export async function lookAtParent(session: Session, parent: string): Promise<Pa
   if (read === null) return 'missing';
   const { acls, stat } = read;
   if (!isOpenAcl(acls) || stat.dataLength !== 0 || stat.version === undefined) return 'foreign';
-  return { version: stat.version };
+  return { version: stat.version, children: stat.numChildren };
 }
 
 /**
- * Reads a node about to be deleted when idle: its data version if it is as dlock makes it (no data, and the open
- * ACL when the client can read ACLs), else undefined (gone too). A delete at that version refuses data written since.
+ * Reads a node about to be deleted: its data version if it is as dlock makes it (no data, and the open ACL when the
+ * client can read ACLs), 'foreign' if not, 'missing' if it is gone. A delete at that version refuses data written
+ * since (an ACL set in the one round trip between is not seen: no delete can name an ACL version).
  */
-export async function plainVersion(session: Session, path: string): Promise<number | undefined> {
+export async function readPlain(session: Session, path: string): Promise<number | 'foreign' | 'missing'> {
   const read =
     typeof session.client.getACL === 'function'
       ? await session.getACL(path)
       : await session.exists(path).then((stat) => (stat ? { acls: undefined, stat } : null));
-  if (read === null || read.stat.dataLength !== 0) return undefined;
-  if (read.acls !== undefined && !isOpenAcl(read.acls)) return undefined;
+  if (read === null) return 'missing';
+  if (read.stat.dataLength !== 0) return 'foreign';
+  if (read.acls !== undefined && !isOpenAcl(read.acls)) return 'foreign';
   return read.stat.version ?? -1;
 }
 
 /**
- * Deletes an idle lock parent only if it is as dlock makes it ({@link plainVersion}), at the version read;
+ * Deletes an idle lock parent only if it is as dlock makes it ({@link readPlain}), at the version read;
  * NotEmpty (someone queued since), NoNode (someone else deleted it) and BadVersion (written since) are fine.
+ * Resolves 'kept' for a parent with data or another ACL, which is someone's to keep.
  */
-export async function removePlainParent(session: Session, parent: string): Promise<void> {
-  const version = await plainVersion(session, parent);
-  if (version === undefined) return;
+export async function removePlainParent(session: Session, parent: string): Promise<'kept' | undefined> {
+  const version = await readPlain(session, parent);
+  if (version === 'foreign') return 'kept';
+  if (version === 'missing') return undefined;
   try {
     await session.remove(parent, version);
   } catch (error) {
@@ -115,6 +125,7 @@ export async function removePlainParent(session: Session, parent: string): Promi
     if (code !== ZK_ERROR.NOT_EMPTY && code !== ZK_ERROR.NO_NODE && code !== ZK_ERROR.BAD_VERSION)
       throw error;
   }
+  return undefined;
 }
 
 /** Creates a persistent node; true if it exists now, false if its parent is missing. */

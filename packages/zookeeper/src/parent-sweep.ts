@@ -26,10 +26,11 @@ export interface ParentSweepDeps {
    */
   readonly idleStamp?: (session: Session, parent: string, name: string) => Promise<string | undefined>;
   /**
-   * Deletes a parent found idle; failures (NotEmpty, NoNode) are fine. Default: a lock parent's `removePlainParent`
-   * (read, then deleted alone at the version read, only if it has no data and the open ACL).
+   * Deletes a parent found idle; failures (NotEmpty, NoNode) are fine. Resolves 'kept' for a parent someone gave
+   * data or another ACL, which is then never probed again while it is listed. Default: a lock parent's
+   * `removePlainParent` (read, then deleted alone at the version read, only if it has no data and the open ACL).
    */
-  readonly remove?: (session: Session, parent: string) => Promise<unknown>;
+  readonly remove?: (session: Session, parent: string) => Promise<'kept' | undefined>;
 }
 
 /** An empty parent as one pass saw it: its pzxid changes with every child created or deleted under it. */
@@ -69,6 +70,11 @@ async function lockParentStamp(session: Session, parent: string, name: string): 
 export class ParentSweep {
   readonly #deps: ParentSweepDeps;
   readonly #emptySince = new Map<string, Seen>();
+  /**
+   * Parents read with data or another ACL when found idle: someone's to keep, so not read again on every pass. Only
+   * while listed: one deleted and made again is looked at anew (at most one listing's worth of names).
+   */
+  readonly #kept = new Set<string>();
   /** The last name looked at: the next pass starts after it. */
   #cursor = '';
   #started = false;
@@ -96,6 +102,7 @@ export class ParentSweep {
     }
     const listed = new Set(names);
     for (const name of this.#emptySince.keys()) if (!listed.has(name)) this.#emptySince.delete(name);
+    for (const name of this.#kept) if (!listed.has(name)) this.#kept.delete(name);
     const probes = this.#nextProbes(names.sort());
     await Promise.all(probes.map((name) => this.#probe(session, name)));
   }
@@ -121,7 +128,7 @@ export class ParentSweep {
     const picked: string[] = [];
     for (let i = 0; i < sorted.length && picked.length < SWEEP_PROBES; i++) {
       const name = sorted[(from + i) % sorted.length] as string;
-      if (!this.#deps.known(`${this.#deps.root}/${name}`)) picked.push(name);
+      if (!this.#kept.has(name) && !this.#deps.known(`${this.#deps.root}/${name}`)) picked.push(name);
     }
     this.#cursor = picked.at(-1) ?? '';
     return picked;
@@ -145,7 +152,8 @@ export class ParentSweep {
       this.#emptySince.delete(name);
       // NotEmpty (someone queued since) and NoNode (someone else deleted it) are both fine. A lock parent is read
       // first and deleted at the version read only with no data and the open ACL: another ACL is someone's to keep.
-      await (this.#deps.remove ?? removePlainParent)(session, parent).catch(() => {});
+      const removed = await (this.#deps.remove ?? removePlainParent)(session, parent).catch(() => undefined);
+      if (removed === 'kept') this.#kept.add(name);
     }
   }
 }

@@ -13,11 +13,13 @@ import type { NodeCleanup } from './node-cleanup.js';
 import { decodePermitData, encodePermitData } from './node-data.js';
 import {
   childrenOf,
+  createPersistent,
   deleteVersion,
   EMPTY,
   lookAtParent,
-  MADE_VERSION,
   madeParent,
+  type ParentLook,
+  readPlain,
   removeNode,
 } from './node-ops.js';
 import {
@@ -56,6 +58,8 @@ export type Taken = { readonly grant: Grant } | 'queued' | 'again' | 'foreign';
 /** Internal to a take: the queue parent was not at the version its delete named (see `tryTake`). */
 type Refused = Taken | 'version';
 
+const noop = (): void => {};
+
 /** Makes the grant of a slot just taken (at once: nothing may come between the take and its record). */
 export type GrantSlot<C> = (claim: C, session: Session, slot: number, fencingToken: bigint) => Grant;
 
@@ -87,32 +91,34 @@ export class PermitSlots<C extends SlotClaim> {
    * taken meanwhile, the parents went or were made by someone else); `queued` when someone waits or every slot is
    * held; `foreign` for a queue parent with data or another ACL.
    *
-   * The queue parent is made again empty, with the open ACL, at MADE_VERSION (as a lock's try makes its parent), and
-   * deleted only at that version: one made by someone else or written since refuses with BadVersion and loses
-   * nothing. It is then read (`getACL`, one request): a plain one is deleted at the version read, any other left.
+   * The queue parent's ACL and stat are read (`getACL`) in the same round trip as the holders' listing, and it is
+   * deleted only when read with no data and the open ACL, at the version read: a multi can check a data version
+   * only, and `setAcl` leaves that alone. It is made again empty, with the open ACL, at MADE_VERSION (as a lock's
+   * try makes its parent), so data written between the read and the take refuses the delete with BadVersion.
    */
   async tryTake(claim: C, session: Session): Promise<Taken> {
-    const taken = await this.#tryTakeAt(claim, session, MADE_VERSION);
-    if (taken !== 'version') return taken;
-    const look = await lookAtParent(session, claim.parent);
-    if (look === 'foreign') return 'foreign';
-    if (look === 'missing') return 'again';
-    const again = await this.#tryTakeAt(claim, session, look.version);
-    // Written again between the read and the take: the next round reads it anew.
-    return again === 'version' ? 'again' : again;
-  }
-
-  async #tryTakeAt(claim: C, session: Session, version: number): Promise<Refused> {
+    const looked = lookAtParent(session, claim.parent);
+    looked.catch(noop);
     const held = await childrenOf(session, claim.slots);
-    if (held === undefined) return this.#setUp(claim, session, version);
+    const look = await looked;
+    if (held === undefined) {
+      const setUp = await this.#setUp(claim, session, look);
+      return setUp === 'version' ? 'again' : setUp;
+    }
     const slot = freeSlot(held, claim.permits);
     if (slot === undefined) return 'queued';
-    // Without it, no queue parent is at the version a take deletes: all are kept, as one with data or another ACL.
-    if (!this.#canStamp(session)) return 'foreign';
-    return this.#take(claim, session, slot, [
-      { op: 'remove', path: claim.parent, version: deleteVersion(version) },
+    // Without it, no queue parent is at the version read when it is deleted: all are kept, as a foreign one.
+    if (look === 'foreign' || !this.#canStamp(session)) return 'foreign';
+    if (look === 'missing') {
+      await this.#remakeQueueParent(claim, session);
+      return 'again';
+    }
+    const taken = await this.#take(claim, session, slot, [
+      { op: 'remove', path: claim.parent, version: deleteVersion(look.version) },
       ...madeParent(claim.parent),
     ]);
+    // Written again between the read and the take: the next round reads it anew.
+    return taken === 'version' ? 'again' : taken;
   }
 
   /**
@@ -183,10 +189,7 @@ export class PermitSlots<C extends SlotClaim> {
       return 'version';
     }
     if (outcome.code === ZK_ERROR.NO_NODE && failedOp?.op === 'remove' && failedOp.path === claim.parent) {
-      // The holders' parent without the queue parent (deleted by hand): make it, then look again. Only while the
-      // holders' parent is there, in the same step: both may have gone to another limit since the listing, and a
-      // queue parent made beside that limit's pair would be a stray one (the sweep of idle semaphores skips those).
-      await session.multi([{ op: 'check', path: claim.slots }, ...this.#madeParent(session, claim.parent)]);
+      await this.#remakeQueueParent(claim, session);
       return 'again';
     }
     if (outcome.code === ZK_ERROR.NODE_EXISTS || outcome.code === ZK_ERROR.NO_NODE) return 'again';
@@ -247,7 +250,7 @@ export class PermitSlots<C extends SlotClaim> {
 
   /**
    * Slots free right now: `permits` minus the held slot nodes. Throws `PermitsMismatchError` when the semaphore's
-   * holders or waiters run with another limit.
+   * holders or waiters run with another limit, or its idle parents of another limit are kept (data, another ACL).
    */
   async available(session: Session, name: string, permits: number): Promise<number> {
     const semaphore = semaphorePath(this.#root, name);
@@ -256,8 +259,13 @@ export class PermitSlots<C extends SlotClaim> {
     for (const child of (await childrenOf(session, semaphore)) ?? []) {
       const other = limitOf(child);
       if (other === undefined || other === permits) continue;
-      const stat = await session.exists(`${semaphore}/${child}`);
+      const path = `${semaphore}/${child}`;
+      const stat = await session.exists(path);
       if (stat && (stat.numChildren ?? 1) > 0) throw new PermitsMismatchError(name, permits, other);
+      // Idle, but with data or another ACL: kept, so the limit cannot be switched (see `#setUp`).
+      if (stat && (await readPlain(session, path)) === 'foreign') {
+        throw new PermitsMismatchError(name, permits, other);
+      }
     }
     return permits;
   }
@@ -265,13 +273,16 @@ export class PermitSlots<C extends SlotClaim> {
   /**
    * The limit's parents are missing: create them (and the semaphore's node) with slot 0 taken, deleting the parents
    * of another limit in the same `multi`. Those are deleted only if empty, so a semaphore in use with another limit
-   * refuses with `PermitsMismatchError`.
+   * refuses with `PermitsMismatchError`; and only if read with no data and the open ACL, at the version read, as a
+   * take deletes its queue parent: one someone gave data or another ACL keeps the old limit, which is then the
+   * semaphore's limit for good (`PermitsMismatchError` too).
    */
-  async #setUp(claim: C, session: Session, version: number): Promise<Refused> {
+  async #setUp(claim: C, session: Session, look: ParentLook): Promise<Refused> {
     const { semaphore, permits } = claim;
     const children = await childrenOf(session, semaphore);
     const ops: MultiOp[] = [];
-    const others: number[] = [];
+    const others: { path: string; limit: number }[] = [];
+    let queueParent = false;
     if (children === undefined) {
       if (!this.#rootReady) await this.#ensureSemaphoresRoot(session);
       ops.push({ op: 'create', path: semaphore, data: EMPTY, mode: CREATE_MODE.PERSISTENT });
@@ -281,15 +292,27 @@ export class PermitSlots<C extends SlotClaim> {
         if (limit === undefined) continue;
         const path = `${semaphore}/${child}`;
         if (path === claim.slots) return 'again'; // made by someone else since the read
-        // The queue parent without its holders' parent (deleted by hand) is re-made, empty or NotEmpty as any take
-        // (and kept, with BadVersion, as any take keeps it).
-        ops.push(
-          path === claim.parent
-            ? { op: 'remove', path, version: deleteVersion(version) }
-            : { op: 'remove', path },
-        );
-        if (limit !== permits) others.push(limit);
+        if (path === claim.parent) queueParent = true;
+        else others.push({ path, limit });
       }
+    }
+    // Pipelined: one round trip however many parents another limit left.
+    const versions = await Promise.all(others.map(({ path }) => readPlain(session, path)));
+    for (const [i, { path, limit }] of others.entries()) {
+      const version = versions[i];
+      if (version === undefined || version === 'missing') return 'again'; // switched or deleted by someone else since the listing
+      if (version === 'foreign') throw new PermitsMismatchError(claim.request.name, permits, limit);
+      ops.push({ op: 'remove', path, version: deleteVersion(version) });
+    }
+    if (queueParent) {
+      // The queue parent without its holders' parent (deleted by hand) is re-made, empty or NotEmpty as any take;
+      // one with data or another ACL is kept, and gets its holders' parent alone: its slots go through its queue.
+      if (look === 'missing') return 'again';
+      if (look === 'foreign' || !this.#canStamp(session)) {
+        if (ops.length === 0) await createPersistent(session, claim.slots);
+        return 'again';
+      }
+      ops.push({ op: 'remove', path: claim.parent, version: deleteVersion(look.version) });
     }
     ops.push(...this.#madeParent(session, claim.parent), {
       op: 'create',
@@ -300,11 +323,20 @@ export class PermitSlots<C extends SlotClaim> {
     return this.#take(claim, session, 0, ops, (failed, code) => {
       const op = ops[failed];
       if (code === ZK_ERROR.NOT_EMPTY && op?.op === 'remove' && op.path !== claim.parent) {
-        const other = limitOf(op.path.slice(semaphore.length + 1)) ?? others[0] ?? 0;
+        const other = limitOf(op.path.slice(semaphore.length + 1)) ?? others[0]?.limit ?? 0;
         throw new PermitsMismatchError(claim.request.name, permits, other);
       }
       if (code === ZK_ERROR.NO_NODE && op?.op === 'create' && op.path === semaphore) this.#rootReady = false;
     });
+  }
+
+  /**
+   * The holders' parent without the queue parent (deleted by hand): make it, then look again. Only while the
+   * holders' parent is there, in the same step: both may have gone to another limit since the listing, and a queue
+   * parent made beside that limit's pair would be a stray one (the sweep of idle semaphores skips those).
+   */
+  async #remakeQueueParent(claim: C, session: Session): Promise<void> {
+    await session.multi([{ op: 'check', path: claim.slots }, ...this.#madeParent(session, claim.parent)]);
   }
 
   /**

@@ -29,10 +29,8 @@ import {
   createLockParent,
   deleteVersion,
   lookAtParent,
-  MADE_VERSION,
   madeParent,
   nodesAt,
-  type ParentLook,
   removeNode,
 } from './node-ops.js';
 import { predecessorGone, Waits } from './waits.js';
@@ -68,8 +66,6 @@ const noop = (): void => {};
 
 /** Tries of a caller that does not wait before it queues its node the ordinary way (see `#tryAlone`). */
 const ALONE_ROUNDS = 4;
-/** Plain parents remembered beyond those in use before the ones no longer in use are forgotten. */
-const PLAIN_PARENTS_KEPT = 1_000;
 /**
  * ZooKeeper's lock recipe as core's queue driver. A contender creates an ephemeral sequential node under the lock's
  * parent; the lowest sequence number holds the lock; every other contender watches only the node just before its
@@ -87,11 +83,6 @@ export class ZooKeeperProtocol implements QueueDriver<Claim, Wait> {
   readonly #nodeData = new QueueNodeData();
   /** Per client: whether its transactions can create, delete and write data (a caller's wrapped client might not). */
   readonly #multiWrites = new WeakMap<object, boolean>();
-  /**
-   * Lock parents read with no data and the open ACL, as dlock creates them, at a version other than MADE_VERSION
-   * and 0: their version then. A try deletes and re-creates such a parent at that version, any other at MADE_VERSION.
-   */
-  readonly #plainParents = new Map<string, number>();
 
   constructor(deps: ZooKeeperProtocolDeps) {
     this.#deps = deps;
@@ -236,9 +227,12 @@ export class ZooKeeperProtocol implements QueueDriver<Claim, Wait> {
    * the claim's node in it. Deleting the parent fails with NotEmpty while anyone holds or waits, so the node is
    * made only in a free lock, and nothing is written into a held one. A node written there only to be deleted
    * would lead the queue if the holder left before its delete, and `inspect()`, an election's `leader()` and its
-   * observers would report as holder a caller that was told it lost. The children are listed in the same round
-   * trip (ZooKeeper answers a session's requests in order). Undefined when the ordinary create should decide:
-   * the parent holds only nodes that are not queue nodes (NotEmpty for ever), or the races did not settle.
+   * observers would report as holder a caller that was told it lost. The parent's ACL and stat are read first
+   * (`getACL`): a `multi` can check a data version only, never an ACL (`setAcl` leaves the data version alone), so
+   * the parent is deleted only when read with no data and the open ACL, at the version read. A parent with
+   * children is listed instead: held or waited for, nothing is written. Undefined when the ordinary create should
+   * decide: the parent has data or another ACL, holds only nodes that are not queue nodes, or the races did not
+   * settle.
    */
   async #tryAlone(claim: Claim, session: Session): Promise<Standing<Wait> | undefined> {
     const { parent, attemptId } = claim;
@@ -248,31 +242,31 @@ export class ZooKeeperProtocol implements QueueDriver<Claim, Wait> {
       data: this.#nodeData.of(claim.request),
       mode: CREATE_MODE.EPHEMERAL_SEQUENTIAL,
     };
-    // Leaves the new parent at MADE_VERSION, which no parent made with data or another ACL has.
+    // Leaves the new parent at MADE_VERSION: a delete that names it refuses data written since the read.
     const makeParent = madeParent(parent);
-    // No parent yet (a new name, or one swept when idle): nobody holds it, and making it is the check.
-    let missing = false;
-    // Whether the parent's ACL and stat must be read before the next multi: it was not at the version guessed.
-    let read = false;
     for (let round = 0; round < ALONE_ROUNDS; round++) {
-      let version: number | undefined;
-      if (read && !missing) {
-        read = false;
-        const look = await this.#lookAtParent(session, parent);
-        if (look === 'foreign') return undefined;
-        if (look === 'missing') missing = true;
-        else version = look.version;
-      } else if (!missing) {
-        // A parent a try made is at MADE_VERSION; one with data or an ACL it did not give is not (see README).
-        version = this.#plainParents.get(parent) ?? MADE_VERSION;
+      const look = await lookAtParent(session, parent);
+      if (look === 'foreign') return undefined;
+      if (look !== 'missing' && look.children !== 0) {
+        const children = await childrenOf(session, parent);
+        if (children === undefined) continue; // deleted since the read: read again
+        // A node of an earlier round whose answer was lost, seen only now: that one is the claim's.
+        const own = children.find((child) => isNodeOfAttempt(child, attemptId));
+        if (own !== undefined) return this.#found(claim, session, own, children);
+        const last = queueOrder(children).at(-1);
+        // Held or waited for: nothing was written. (Core never waits for a caller that does not wait.)
+        if (last !== undefined) return { kind: 'behind', wait: { predecessor: `${parent}/${last}` } };
+        // Only nodes that are not queue nodes keep the parent from being empty: the ordinary create decides.
+        if (children.length > 0) return undefined;
+        // Freed since the read (or a stat without a child count): the multi decides.
       }
-      // At the version expected or seen: any other (data written, a parent made by someone else) refuses the delete
-      // with BadVersion, and nothing is lost. A parent read plain at version 0 (made by the ordinary create, or by
-      // an older dlock) is deleted at any version: only data written in the one round trip since the read is lost.
+      // At the version read: data written since refuses the delete with BadVersion, and nothing is lost. A parent
+      // read at version 0 (made by the ordinary create, or by an older dlock) is deleted at any version: only what
+      // is written to it in the one round trip since the read is lost, as is an ACL set in that round trip.
       const ops: readonly MultiOp[] =
-        version === undefined
+        look === 'missing'
           ? [...makeParent, node]
-          : [{ op: 'remove', path: parent, version: deleteVersion(version) }, ...makeParent, node];
+          : [{ op: 'remove', path: parent, version: deleteVersion(look.version) }, ...makeParent, node];
       const made = session.multi(ops, (late) => {
         // Committed after the call gave up on it: an orphan holding the lock, unless deleted.
         const path = late.ok ? late.paths[ops.length - 1] : undefined;
@@ -280,8 +274,6 @@ export class ZooKeeperProtocol implements QueueDriver<Claim, Wait> {
           this.#deps.cleanup.removeLater(session, nodesAt(parent, path.slice(parent.length + 1)));
         }
       });
-      const listed = childrenOf(session, parent);
-      listed.catch(noop);
       let outcome: MultiOutcome;
       try {
         outcome = await made;
@@ -296,52 +288,31 @@ export class ZooKeeperProtocol implements QueueDriver<Claim, Wait> {
         return this.#found(claim, session, found, children);
       }
       if (outcome.ok) {
-        // The parent is the one this multi made: empty, open, at MADE_VERSION.
-        this.#plainParents.delete(parent);
         const path = outcome.paths[ops.length - 1];
         if (path === undefined) {
           throw new TransportError(`ZooKeeper multi on ${parent} did not name the node it made`);
         }
-        // Named before the listing is awaited: should it fail, leaving must know which node to delete.
+        // Named before the standing is taken: should it fail, leaving must know which node to delete.
         claim.node = path.slice(parent.length + 1);
         claim.fencingToken = this.#tokenReader(session, path, outcome.zxid);
-        return this.#standing(claim, session, (await listed) ?? []);
+        // The multi made the parent with this node alone in it: first, whoever queued after it.
+        return this.#standing(claim, session, [claim.node]);
       }
-      const children = await listed.catch(() => undefined);
-      // A node of an earlier round whose answer was lost, seen only now: that one is the claim's.
-      const own = children?.find((child) => isNodeOfAttempt(child, attemptId));
-      if (children !== undefined && own !== undefined) return this.#found(claim, session, own, children);
-      if (missing) {
-        missing = false;
-        // Made by someone else since (NodeExists), or the root is missing too (NoNode): made here, then look again.
-        if (outcome.failed === 0 && outcome.code === ZK_ERROR.NO_NODE) {
-          await createLockParent(session, this.#deps.root, parent);
-        } else if (!(outcome.failed === 0 && outcome.code === ZK_ERROR.NODE_EXISTS)) {
-          throw new TransportError(`ZooKeeper refused the try on ${parent} (error ${String(outcome.code)})`);
-        }
+      if (outcome.failed !== 0) {
+        throw new TransportError(`ZooKeeper refused the try on ${parent} (error ${String(outcome.code)})`);
+      }
+      // Made by someone else since the read (NodeExists), or the root is missing too (NoNode): made here.
+      if (look === 'missing' && outcome.code === ZK_ERROR.NO_NODE) {
+        await createLockParent(session, this.#deps.root, parent);
         continue;
       }
-      if (outcome.failed === 0 && outcome.code === ZK_ERROR.NOT_EMPTY) {
-        const queue = queueOrder(children ?? []);
-        const last = queue[queue.length - 1];
-        // Held or waited for: nothing was written. (Core never waits for a caller that does not wait.)
-        if (last !== undefined) return { kind: 'behind', wait: { predecessor: `${parent}/${last}` } };
-        // Only nodes that are not queue nodes keep the parent from being empty: the ordinary create decides.
-        if (children !== undefined && children.length > 0) return undefined;
-        continue; // the lock was freed since: try again
-      }
-      if (outcome.failed === 0 && outcome.code === ZK_ERROR.NO_NODE) {
-        this.#plainParents.delete(parent);
-        missing = true;
-        continue;
-      }
-      if (outcome.failed === 0 && outcome.code === ZK_ERROR.BAD_VERSION) {
-        this.#plainParents.delete(parent);
-        const last = queueOrder(children ?? []).at(-1);
-        // Held or waited for: nothing was written, and there is nothing to take, so no need to read the parent.
-        if (last !== undefined) return { kind: 'behind', wait: { predecessor: `${parent}/${last}` } };
-        // Not at the version expected: read before deleting it, which only a parent with no data and dlock's ACL is.
-        read = true;
+      // Changed since the read: someone queued (NotEmpty), wrote its data (BadVersion), deleted or made it.
+      if (
+        outcome.code === ZK_ERROR.NOT_EMPTY ||
+        outcome.code === ZK_ERROR.BAD_VERSION ||
+        outcome.code === ZK_ERROR.NO_NODE ||
+        outcome.code === ZK_ERROR.NODE_EXISTS
+      ) {
         continue;
       }
       throw new TransportError(`ZooKeeper refused the try on ${parent} (error ${String(outcome.code)})`);
@@ -357,25 +328,6 @@ export class ZooKeeperProtocol implements QueueDriver<Claim, Wait> {
     claim.node = node;
     claim.fencingToken = this.#tokenReader(session, `${claim.parent}/${node}`, undefined);
     return this.#standing(claim, session, children);
-  }
-
-  /** {@link lookAtParent}, remembered only at a version other than MADE_VERSION, which a try expects otherwise. */
-  async #lookAtParent(session: Session, parent: string): Promise<ParentLook> {
-    const look = await lookAtParent(session, parent);
-    // Not at 0, which a transaction cannot name: such a parent is read again before each delete.
-    if (typeof look === 'object' && look.version !== MADE_VERSION && look.version > 0)
-      this.#rememberPlain(parent, look.version);
-    return look;
-  }
-
-  #rememberPlain(parent: string, version: number): void {
-    this.#plainParents.delete(parent); // re-inserted last: the oldest entries are the first forgotten
-    this.#plainParents.set(parent, version);
-    if (this.#plainParents.size <= PLAIN_PARENTS_KEPT) return;
-    for (const known of this.#plainParents.keys()) {
-      if (this.#plainParents.size <= PLAIN_PARENTS_KEPT) break;
-      if (!this.#deps.parents.knows(known)) this.#plainParents.delete(known);
-    }
   }
 
   /** Whether the client's transactions can create, delete and write data; probed once per client, sending nothing. */

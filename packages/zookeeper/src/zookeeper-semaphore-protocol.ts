@@ -62,8 +62,9 @@ const MAX_ROUNDS = 8;
  *   stale limit fails with NoNode: no two limits are ever in use together.
  * - A newcomer takes a free slot at once only if nobody waits, in one `multi` that deletes and re-creates the empty
  *   queue parent (NotEmpty if someone queued) and creates the slot node: the check and the take are atomic, so a
- *   `tryAcquire` never overtakes a waiter (`permit-slots.ts`). Only a queue parent as a take leaves it (empty, open
- *   ACL, data version 1) is deleted; one with data or another ACL is kept, and a newcomer queues there first.
+ *   `tryAcquire` never overtakes a waiter (`permit-slots.ts`). The queue parent is read first and deleted only
+ *   with no data and the open ACL, at the version read; one with data or another ACL is kept, and a newcomer
+ *   queues there first.
  * - Otherwise it queues. Only the first waiter watches the holders' parent; every later one watches its
  *   predecessor, so a release wakes one process. The first waiter takes the freed slot and deletes its queue node
  *   in one `multi`.

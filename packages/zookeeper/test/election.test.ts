@@ -10,9 +10,9 @@ import {
 } from '@dlock/test-utils';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { ZooKeeperLockService } from '../src/index.js';
+import { lockParentPath, type ZooKeeperClientLike, ZooKeeperLockService } from '../src/index.js';
 import { type Child, forkFixture } from './child.js';
-import { sleep, waitFor } from './helpers.js';
+import { connectedClient, sleep, waitFor } from './helpers.js';
 
 // Elections on real servers, with candidates and observers in processes of their own where the issue asks for it.
 // A frozen leader runs on a private server (tickTime 200, so a 2 s session, the leader's TTL, is allowed); the rest
@@ -173,11 +173,37 @@ describe('on the shared server', () => {
     const TTL_MS = 10_000;
     const DELAY_MS = 150;
     const name = uniqueName('no-wait');
-    // The trying candidate talks to the server through a proxy that holds each chunk DELAY_MS each way: its try
-    // reaches the server DELAY_MS after it is sent, and whatever follows the answer comes 2 x DELAY_MS later.
+    // The trying candidate talks to the server through a proxy that holds each chunk DELAY_MS each way: each of its
+    // requests reaches the server DELAY_MS after it is sent, and its answer comes 2 x DELAY_MS after.
     const proxy = await startTcpProxy({ targetPort: Number(ZK_CONNECT.split(':')[1]) });
     cleanups.push(() => proxy.close());
-    const trying = candidate(`127.0.0.1:${proxy.port}`, TTL_MS);
+    const inner = await connectedClient(`127.0.0.1:${proxy.port}`, TTL_MS);
+    cleanups.push(() => inner.close());
+    let listing: (() => void) | undefined;
+    let armed = false;
+    const listed = new Promise<void>((resolve) => {
+      listing = resolve;
+    });
+    // The try reads the parent, sees the leader's node, and lists the queue: that listing is what it decides on.
+    const parent = lockParentPath(ROOT, name);
+    const client = new Proxy(inner, {
+      get(target, property) {
+        const value: unknown = Reflect.get(target, property);
+        if (typeof value !== 'function') return value;
+        const bound = value.bind(target) as (...args: unknown[]) => unknown;
+        if (property !== 'getChildren') return bound;
+        return (path: string, ...rest: unknown[]) => {
+          if (armed && path === parent) listing?.();
+          return bound(path, ...rest);
+        };
+      },
+    }) as ZooKeeperClientLike;
+    const trying = { service: new ZooKeeperLockService({ client, keyPrefix: ROOT }) };
+    const tryingClient = new LockClient(trying.service);
+    cleanups.push(
+      () => trying.service.close(),
+      () => tryingClient.close(),
+    );
     cleanups.push(() => {
       proxy.delayMs = 0;
     });
@@ -194,7 +220,8 @@ describe('on the shared server', () => {
     })().catch(() => {});
     proxy.delayMs = DELAY_MS;
     let settled = false;
-    const attempt = trying.client
+    armed = true;
+    const attempt = tryingClient
       .election(name, { ttlMs: TTL_MS })
       .campaign({ value: 't' })
       .then(
@@ -204,9 +231,10 @@ describe('on the shared server', () => {
       .finally(() => {
         settled = true;
       });
-    // Resign once the try is on the server (a queue node of its shows up, or it has had time to arrive) and
-    // before its answer is back: a node written to be deleted would lead until its delete arrives.
-    await waitFor(async () => (await observing.service.inspect(name)).waiters === 1, DELAY_MS + 50, 5);
+    // Resign once the try's listing is on the server and before its answer is back: a node written to be deleted
+    // would lead until its delete arrives.
+    await listed;
+    await sleep(DELAY_MS + 50);
     await leadership.resign();
     const polled: (Leader | null)[] = [];
     while (!settled) polled.push(await observer.leader());

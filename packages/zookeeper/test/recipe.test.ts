@@ -216,32 +216,53 @@ describe('protected mode through a fault proxy', () => {
   /**
    * A service that reaches ZooKeeper through a fault proxy, with its session up: one acquire and release of `name`
    * went through before the test starts dropping replies. `acquireOnce` is a single no-wait attempt on `name`.
+   * `dropFromCommit` makes the proxy swallow every reply from the next multi's commit on: the try reads its parent
+   * first, whose answer must arrive for the multi to go out.
    */
   async function behindProxy(name: string, requestTimeoutMs: number) {
     const proxy = await startTcpProxy({ targetPort: Number(ZK_CONNECT.split(':')[1]) });
     toClose.push(proxy);
-    const s = new ZooKeeperLockService({
-      connectionString: `127.0.0.1:${proxy.port}`,
-      root: ROOT,
-      sessionTimeoutMs: 6_000,
-      requestTimeoutMs,
+    const inner = await connectedClient(`127.0.0.1:${proxy.port}`, 6_000);
+    toClose.push(inner);
+    const fault = { armed: false };
+    const client = new Proxy(inner, {
+      get(target, property) {
+        if (property === 'transaction') {
+          return () => {
+            const transaction = target.transaction();
+            const commit = transaction.commit.bind(transaction);
+            transaction.commit = (callback) => {
+              if (fault.armed) proxy.dropReplies(true);
+              commit(callback);
+            };
+            return transaction;
+          };
+        }
+        const value: unknown = Reflect.get(target, property);
+        return typeof value === 'function' ? value.bind(target) : value;
+      },
     });
+    const s = new ZooKeeperLockService({ client, root: ROOT, requestTimeoutMs });
     toClose.push(s);
     const signal = new AbortController().signal;
     const acquireOnce = () => s.acquire({ name, ownerId: 'test', ttlMs: TTL, waitMs: 0, signal });
     const warm = await acquireOnce();
     if (warm.acquired) await s.release({ name, ownerId: 'test', ...warm.grant });
-    return { proxy, s, acquireOnce };
+    const dropFromCommit = (on: boolean) => {
+      fault.armed = on;
+      if (!on) proxy.dropReplies(false);
+    };
+    return { proxy, s, acquireOnce, dropFromCommit };
   }
 
   it('finds the node of a create whose reply was lost, instead of queueing twice', async () => {
     const name = uniqueName('lostreply');
-    const { proxy, s, acquireOnce } = await behindProxy(name, 4_000);
+    const { proxy, s, acquireOnce, dropFromCommit } = await behindProxy(name, 4_000);
 
-    proxy.dropReplies(true);
+    dropFromCommit(true);
     const pending = acquireOnce();
     expect(await waitFor(async () => (await queueOf(name)).length === 1, 3_000)).toBe(true);
-    proxy.dropReplies(false);
+    dropFromCommit(false);
     proxy.resetAll(); // the client sees a connection loss for a create the server did make
 
     const result = await pending;
@@ -257,13 +278,13 @@ describe('protected mode through a fault proxy', () => {
 
   it('deletes the orphan of a create that timed out', async () => {
     const name = uniqueName('orphan');
-    const { proxy, acquireOnce } = await behindProxy(name, 800);
+    const { acquireOnce, dropFromCommit } = await behindProxy(name, 800);
 
-    proxy.dropReplies(true);
+    dropFromCommit(true);
     const error = await rejection(acquireOnce());
     expect(error).toMatchObject({ code: 'TRANSPORT' });
     expect(await queueOf(name)).toHaveLength(1); // made by the server, unknown to the client
-    proxy.dropReplies(false);
+    dropFromCommit(false);
     // The adapter finds it by its attempt id and deletes it once the connection works again.
     expect(await waitFor(async () => (await queueOf(name)).length === 0, 8_000, 100)).toBe(true);
   });

@@ -116,7 +116,7 @@ describe("a try that does not wait keeps a lock parent's data and ACL", () => {
     expect(await statOf(like, lockParentPath(ROOT, names.plain))).toBeNull();
   });
 
-  it('a busy try costs 2 requests in one round trip in a parent it has never seen, made by a try or not', async () => {
+  it('a busy try costs 2 requests in a parent it has never seen, made by a try or not', async () => {
     for (const madeBy of ['try', 'create'] as const) {
       const name = uniqueName(`first-${madeBy}`);
       const parent = lockParentPath(ROOT, name);
@@ -132,7 +132,7 @@ describe("a try that does not wait keeps a lock parent's data and ACL", () => {
       await (await client.tryAcquire(uniqueName('warm'), { ttlMs: TTL }))?.release();
       const before = counted.counts.requests;
       expect(await client.tryAcquire(name, { ttlMs: TTL })).toBeNull();
-      // The multi (refused: NotEmpty, or BadVersion in a parent at version 0 with a queue) and the listing.
+      // The parent's read (getACL: it has children) and the listing; no multi.
       expect(counted.counts.requests - before).toBe(2);
       expect(await childrenOf(like, parent)).toHaveLength(1);
       await holder.release();
