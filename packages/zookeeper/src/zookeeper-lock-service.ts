@@ -1,14 +1,15 @@
-import type {
-  AcquireRequest,
-  AcquireResult,
-  Clock,
-  Lease,
-  LockInfo,
-  LockService,
-  PermitRequest,
-  PermitsInfo,
-  RenewRequest,
-  RenewResult,
+import {
+  type AcquireRequest,
+  type AcquireResult,
+  type Clock,
+  type Lease,
+  type LockInfo,
+  type LockService,
+  type PermitRequest,
+  type PermitsInfo,
+  type RenewRequest,
+  type RenewResult,
+  validateName,
 } from '@dlock/core';
 import {
   acquireInQueue,
@@ -188,6 +189,7 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
    */
   async acquire(request: AcquireRequest): Promise<AcquireResult> {
     this.#assertOpen();
+    validateName(request.name, 'request.name');
     // After a pause past the session timeout the session is over, even if no timer has run yet to say so.
     this.#endIfSilent();
     return this.#track(acquireInQueue(this.#protocol, request, this.#queue));
@@ -200,6 +202,7 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
    */
   async acquirePermit(request: PermitRequest): Promise<AcquireResult> {
     this.#assertOpen();
+    validateName(request.name, 'request.name');
     validatePermits(request.permits, 'request.permits');
     this.#endIfSilent();
     return this.#track(acquireInQueue(this.#semaphores, request, this.#queue));
@@ -208,6 +211,7 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
   /** Free slots of the semaphore right now: `permits` minus its slot nodes. */
   async availablePermits(name: string, permits: number): Promise<number> {
     this.#assertOpen();
+    validateName(name);
     validatePermits(permits, 'permits');
     this.#endIfSilent();
     const session = this.#sessions.current ?? (await this.#sessions.live());
@@ -220,6 +224,7 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
    */
   async inspectPermits(name: string, permits: number): Promise<PermitsInfo> {
     this.#assertOpen();
+    validateName(name);
     validatePermits(permits, 'permits');
     this.#endIfSilent();
     const session = this.#sessions.current ?? (await this.#sessions.live());
@@ -283,6 +288,7 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
    */
   async inspect(name: string): Promise<LockInfo> {
     this.#assertOpen();
+    validateName(name);
     this.#endIfSilent();
     const session = this.#sessions.current ?? (await this.#sessions.live());
     return readLockInfo(session, lockParentPath(this.#root, name));
