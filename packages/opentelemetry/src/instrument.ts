@@ -109,7 +109,8 @@ export function instrument(client: InstrumentableClient, options?: InstrumentOpt
     let off: unknown;
     try {
       off = events.on(type, (event) => {
-        if (active) listener(event);
+        // Nothing a listener does may throw into the emitter: a stream other than core's may hand it anything.
+        if (active) safely(() => listener(event));
       });
     } catch (error) {
       stop();

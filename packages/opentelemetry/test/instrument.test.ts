@@ -185,6 +185,34 @@ describe('input', () => {
     }
   });
 
+  it('an event shaped wrongly costs a diag error, never a throw into the emitter', () => {
+    // A stream that is not core's can hand a listener anything; thrown back from a timer, it would end the process.
+    const listeners = new Map<string, (event: unknown) => void>();
+    const stream = {
+      events: {
+        on: (type: string, listener: (event: unknown) => void) => {
+          listeners.set(type, listener);
+          return () => listeners.delete(type);
+        },
+      },
+    };
+    const errors = vi.spyOn(diag, 'error').mockImplementation(() => undefined);
+    try {
+      const stop = instrument(stream as never, { meterProvider: setup().meterProvider });
+      expect([...listeners.keys()].sort()).toEqual([...EVENTS].sort());
+      for (const [type, listener] of listeners) {
+        for (const event of [undefined, null, {}, { kind: 'lock', name: 'a', fencingToken: null }]) {
+          expect(() => listener(event), type).not.toThrow();
+        }
+      }
+      expect(errors).toHaveBeenCalled();
+      stop();
+      expect(listeners.size).toBe(0);
+    } finally {
+      errors.mockRestore();
+    }
+  });
+
   it('reads client.events once, and refuses a client whose events getter throws', () => {
     const { client, uninstrument, meterProvider } = setup();
     uninstrument();
