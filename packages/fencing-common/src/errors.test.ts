@@ -43,4 +43,19 @@ describe('fencing errors', () => {
     expect(isDLockError(null)).toBe(false);
     expect(isDLockError('STALE_FENCING_TOKEN')).toBe(false);
   });
+
+  it('isDLockError answers false for a value it cannot read, never throws', () => {
+    const { proxy, revoke } = Proxy.revocable({}, {});
+    revoke();
+    const trapping = new Proxy(
+      {},
+      {
+        get() {
+          throw new Error('trap');
+        },
+      },
+    );
+    expect(isDLockError(proxy)).toBe(false);
+    expect(isDLockError(trapping)).toBe(false);
+  });
 });

@@ -58,7 +58,13 @@ export function isDLockError(value: unknown): value is Error & {
   /** The error's stable code, e.g. `STALE_FENCING_TOKEN` or core's `ACQUIRE_TIMEOUT`. */
   readonly code: string;
 } {
-  return typeof value === 'object' && value !== null && (value as { [BRAND]?: unknown })[BRAND] === true;
+  if (typeof value !== 'object' || value === null) return false;
+  try {
+    return (value as { [BRAND]?: unknown })[BRAND] === true;
+  } catch {
+    // A revoked Proxy, or one whose trap throws: a predicate must not turn what was thrown into its own TypeError.
+    return false;
+  }
 }
 
 /**

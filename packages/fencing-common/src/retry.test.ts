@@ -181,6 +181,23 @@ describe('withFenceRetry', () => {
     }
   });
 
+  it('rethrows what an attempt threw, even a value that cannot be read', async () => {
+    // Reading the brand of a revoked Proxy threw a TypeError, which replaced what the attempt threw.
+    const { proxy, revoke } = Proxy.revocable({}, {});
+    revoke();
+    let calls = 0;
+    // Boxed: resolving a promise with the proxy itself would read its `then`.
+    const [error] = await withFenceRetry(async () => {
+      calls++;
+      throw proxy;
+    }, fast).then(
+      () => [undefined],
+      (e: unknown) => [e],
+    );
+    expect(error === proxy).toBe(true);
+    expect(calls).toBe(1);
+  });
+
   it('refuses a misspelt option before the first attempt, naming the key meant', async () => {
     let calls = 0;
     const attempt = async () => {

@@ -57,8 +57,7 @@ export async function withFenceRetry<T>(
       return await attempt(n);
     } catch (error) {
       // Checked by brand, not instanceof, so errors from a second installed copy of a gate are retried too.
-      const retryable = isDLockError(error) && (error as { retryable?: unknown }).retryable === true;
-      if (!retryable || n >= maxAttempts || signal?.aborted) throw error;
+      if (!isRetryable(error) || n >= maxAttempts || signal?.aborted) throw error;
       // Full jitter spreads writers that collided at the same instant apart; without it they collide again. The
       // power stops at 2^1023, the largest finite one: 2^1024 is Infinity, and 0 * Infinity is NaN, which a timer
       // takes as 1 ms.
@@ -66,6 +65,15 @@ export async function withFenceRetry<T>(
       await delay(Math.random() * ceiling, signal);
       if (signal?.aborted) throw error;
     }
+  }
+}
+
+/** A retryable dlock error; false for anything it cannot read (a revoked Proxy), which is then rethrown as it is. */
+function isRetryable(error: unknown): boolean {
+  try {
+    return isDLockError(error) && (error as { retryable?: unknown }).retryable === true;
+  } catch {
+    return false;
   }
 }
 
