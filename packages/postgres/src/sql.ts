@@ -178,7 +178,9 @@ export function postgresStatements(tablePrefix: string, schema: string | undefin
   // is (s, name, slot): tokens rise per slot across holders. A live holder or waiter stored with another limit
   // refuses the call (`stored`) and nothing is written. The first waiter in line, with no slot free, writes itself
   // into every live holder's row (next_waiter), as for a lock, and looks again at once (`again`) if a row went
-  // before it could: a release running concurrently then wakes it whatever its snapshot saw. A grant's lease counts
+  // before it could: a release running concurrently then wakes it whatever its snapshot saw. It locks those rows
+  // first, in slot order (`marking`), as a renewal batch locks its rows in key order (see `renew`): an UPDATE locks
+  // in its plan's order, and two statements locking two rows in opposite orders deadlock. A grant's lease counts
   // from when the call reached the server (statement_timestamp()), not from after the admission row's wait: its
   // holder's window counts from the send (see `renew`).
   const permitQuery = `WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
@@ -229,9 +231,14 @@ export function postgresStatements(tablePrefix: string, schema: string | undefin
     SELECT h.slot FROM held h
      WHERE $5::float8 > 0 AND (SELECT n FROM ahead) = 0 AND NOT EXISTS (SELECT 1 FROM pick)
        AND NOT EXISTS (SELECT 1 FROM stored) AND h.next_waiter IS DISTINCT FROM $2),
+  marking AS (
+    SELECT l.slot FROM ${L} l, unmarked u, now
+     WHERE l.kind = 's' AND l.name = $1 AND l.slot = u.slot AND l.expires_at > now.t
+     ORDER BY l.slot
+       FOR UPDATE OF l),
   marked AS (
-    UPDATE ${L} l SET next_waiter = $2, next_channel = $6::text FROM unmarked u, now
-     WHERE l.kind = 's' AND l.name = $1 AND l.slot = u.slot AND l.expires_at > now.t AND ${inTime('$8')}
+    UPDATE ${L} l SET next_waiter = $2, next_channel = $6::text FROM marking m
+     WHERE l.kind = 's' AND l.name = $1 AND l.slot = m.slot AND ${inTime('$8')}
     RETURNING 1),
   told AS (
     SELECT pg_notify(q.channel, ${wakePayload('q.id', "'s'", '$1')}) FROM queue q
@@ -493,7 +500,10 @@ END $$`,
     // and token still hold it and its lease has not run out by the server's clock (an expired lease is never
     // revived), and only within the statement's bound ($7, as an acquire's), checked once every row is locked
     // (see `lateAfter`). $1-$6 are parallel arrays; the answer lists the 1-based positions that were renewed, or
-    // is one row with `late` set when the bound had passed and nothing was renewed.
+    // is one row with `late` set when the bound had passed and nothing was renewed. The rows are locked in key order
+    // (the sort runs below the row locking), as a semaphore's first waiter locks its holders' rows when it marks them
+    // (`marked`, slot by slot): locked in the batch's order, a batch holding two permits of one semaphore and the
+    // waiter each held one row and waited for the other, and PostgreSQL aborted one of them as a deadlock.
     // The new expiry counts from when the statement reached the server (statement_timestamp()), not from when it got
     // its rows: the holder's window counts from when it sent the renewal, so a lease counted from after a row-lock
     // wait would outlive that window by the wait, and the next renewal, reaching the row after the holder had
@@ -510,6 +520,7 @@ END $$`,
     SELECT l.kind, l.name, l.slot, r.ttl, r.i FROM ${L} l JOIN r
         ON l.kind = r.kind::"char" AND l.name = r.name AND l.slot = r.slot AND l.owner = r.owner
        AND l.token = r.token
+     ORDER BY l.kind, l.name, l.slot
        FOR UPDATE OF l),
   ${lateAfter('locked', '$7')},
   renewed AS (
