@@ -37,7 +37,14 @@ export function isDLockError(value: unknown): value is Error & {
   /** The error's code: a {@link DLockErrorCode}, or an adapter's or fencing package's own. */
   readonly code: string;
 } {
-  return typeof value === 'object' && value !== null && (value as { [BRAND]?: unknown })[BRAND] === true;
+  if (typeof value !== 'object' || value === null) return false;
+  try {
+    return (value as { [BRAND]?: unknown })[BRAND] === true;
+  } catch {
+    // A revoked Proxy, or one whose get trap throws: this runs where a service's failure is mapped, and a throw
+    // here would leave the call it failed unsettled.
+    return false;
+  }
 }
 
 /**

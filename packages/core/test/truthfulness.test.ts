@@ -471,3 +471,46 @@ describe('what a second look found', () => {
     expect(b.state).toBe('held');
   });
 });
+
+describe('a service that fails with a value nothing can read', () => {
+  /** A revoked Proxy: reading any property of it throws. */
+  const unreadable = (): object => {
+    const { proxy, revoke } = Proxy.revocable({}, {});
+    revoke();
+    return proxy;
+  };
+
+  it('settles the call with a TransportError, and a renewal failing so does not strand the handle', async () => {
+    const clock = new FakeClock({ seed: 1 });
+    let failing = true;
+    class Unreadable extends MemoryLockService {
+      override acquire(request: AcquireRequest): Promise<AcquireResult> {
+        return failing ? Promise.reject(unreadable()) : super.acquire(request);
+      }
+      override renew(...args: Parameters<MemoryLockService['renew']>): ReturnType<MemoryLockService['renew']> {
+        return failing ? Promise.reject(unreadable()) : super.renew(...args);
+      }
+    }
+    const service: LockService = new Unreadable({ clock });
+    const client = new LockClient(service, { clock, operationTimeoutMs: 500, renewFailBudget: 3 });
+    // Reading the brand of what the service threw threw in turn, and the call it failed never settled.
+    const refused = outcome(client.acquire('a', { ttlMs: TTL, waitMs: 0 }));
+    await clock.advance(1_000);
+    expect(refused.done).toBe(true);
+    expect((refused.error as Error).name).toBe('TransportError');
+
+    failing = false;
+    const handle = await client.acquire('a', { ttlMs: TTL });
+    failing = true;
+    const renewed = outcome(handle.renew());
+    await clock.advance(0);
+    expect(renewed.done).toBe(true);
+    expect((renewed.error as Error).name).toBe('TransportError');
+    // The failed renewal is over: the next one goes out and, answered, keeps the lock.
+    failing = false;
+    await expect(handle.renew()).resolves.toBe(true);
+    expect(handle.isHeld()).toBe(true);
+    await handle.release();
+    await client.close();
+  });
+});
