@@ -487,7 +487,9 @@ describe('a service that fails with a value nothing can read', () => {
       override acquire(request: AcquireRequest): Promise<AcquireResult> {
         return failing ? Promise.reject(unreadable()) : super.acquire(request);
       }
-      override renew(...args: Parameters<MemoryLockService['renew']>): ReturnType<MemoryLockService['renew']> {
+      override renew(
+        ...args: Parameters<MemoryLockService['renew']>
+      ): ReturnType<MemoryLockService['renew']> {
         return failing ? Promise.reject(unreadable()) : super.renew(...args);
       }
     }
