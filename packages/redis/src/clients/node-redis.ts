@@ -1,3 +1,4 @@
+import { setMaxListeners } from 'node:events';
 import type { Clock } from '@dlock/core';
 import type { MessageListener, RedisConnection, RedisSubscription } from './connection.js';
 import { keySlot } from './key-slot.js';
@@ -219,22 +220,79 @@ class NodeRedisSubscription implements RedisSubscription {
   }
 }
 
+/**
+ * Why a command that node-redis had not written yet fails when its connection drops: node-redis keeps such commands
+ * (its write queue, where they wait for the next turn of the event loop, or while the socket needs draining) and
+ * writes them once connected again, however long that takes. An acquire written so after its caller was told it
+ * failed and its clean-up gave up (an outage longer than TTL + wait) would grant the lock to nobody for a TTL.
+ */
+const UNSENT_ON_DROP = 'the connection to Redis dropped before the command was written (it did not run)';
+
+/**
+ * One abort signal per node-redis client, shared by every command this adapter sends on it without a signal of its
+ * own, and aborted when the client starts reconnecting: node-redis then takes the commands it has not written out of
+ * its queue and rejects them. One listener per client however many services use it; a fresh signal after each
+ * abort. node-redis removes a command's abort listener when it writes it, oldest first, so a shared signal costs no
+ * more per command than one of its own, and no allocation.
+ */
+class UnsentCommands {
+  #controller = new AbortController();
+  /** What every such command is sent with: one object until the next reconnect. */
+  options = UnsentCommands.#optionsOf(this.#controller);
+
+  constructor(client: NodeRedisClient) {
+    client.on('reconnecting', () => {
+      const dropped = this.#controller;
+      this.#controller = new AbortController();
+      this.options = UnsentCommands.#optionsOf(this.#controller);
+      dropped.abort(new Error(UNSENT_ON_DROP));
+    });
+  }
+
+  static #optionsOf(controller: AbortController): { readonly abortSignal: AbortSignal } {
+    // Every command waiting to be written listens on it: more than Node's default 10 is normal.
+    setMaxListeners(0, controller.signal);
+    return { abortSignal: controller.signal };
+  }
+}
+
+const unsentCommands = new WeakMap<NodeRedisClient, UnsentCommands>();
+
+function unsentOf(client: NodeRedisClient): UnsentCommands {
+  let unsent = unsentCommands.get(client);
+  if (unsent === undefined) {
+    unsent = new UnsentCommands(client);
+    unsentCommands.set(client, unsent);
+  }
+  return unsent;
+}
+
 export class NodeRedisConnection implements RedisConnection {
   readonly cluster = false;
+  readonly #unsent: UnsentCommands;
 
   constructor(
     private readonly client: NodeRedisClient,
     readonly description: string,
-  ) {}
+  ) {
+    this.#unsent = unsentOf(client);
+  }
 
   isReady(): boolean {
     return this.client.isReady !== false;
   }
 
-  /** node-redis' own promise, raw: no layer of ours between the reply and the script runner (which normalizes). */
+  /**
+   * node-redis' own promise, raw: no layer of ours between the reply and the script runner (which normalizes). A
+   * call without a signal of its own (a Redlock round's ends with the round) gets the client's shared one, so that
+   * it is never written after a reconnect (see {@link UnsentCommands}).
+   */
   send(args: readonly string[], _key: string | undefined, signal?: AbortSignal): Promise<unknown> {
     try {
-      return this.client.sendCommand(args, signal === undefined ? undefined : { abortSignal: signal });
+      return this.client.sendCommand(
+        args,
+        signal === undefined ? this.#unsent.options : { abortSignal: signal },
+      );
     } catch (error) {
       return Promise.reject(error);
     }
