@@ -1,4 +1,14 @@
-import type { AcquireRequest, Grant } from '@dlock/core';
+import {
+  type AcquireRequest,
+  type AcquireResult,
+  AcquireTimeoutError,
+  type Grant,
+  InvalidArgumentError,
+  LockClient,
+  MemoryLockService,
+  type PermitRequest,
+  TransportError,
+} from '@dlock/core';
 import { FakeClock } from '@dlock/testing';
 import { describe, expect, it } from 'vitest';
 import { acquireInQueue, type QueueTools } from '../src/queue/acquire-in-queue.js';
@@ -200,6 +210,60 @@ describe('acquireInQueue: the one queue algorithm', () => {
     expect(driver.holder('a')).not.toBe(lostClaim);
   });
 
+  it('claims that keep vanishing end in a TransportError, never in a refusal for a lock nobody holds', async () => {
+    const { clock, cleanups } = setup();
+    // Every claim is written and then ends at once (a session or lease that keeps expiring): the lock stays free.
+    class VanishingQueue extends MemoryQueue {
+      override async enqueue(claim: Claim, options: { readonly queue: boolean }): Promise<Standing<number>> {
+        await super.enqueue(claim, options);
+        this.remove(claim.name, claim.id);
+        return this.check(claim);
+      }
+    }
+    const vanishing = new VanishingQueue(clock);
+    const tools: QueueTools = { clock, cleanups, cleanupHorizonMs: () => 10_000 };
+    const request = {
+      name: 'a',
+      ownerId: 'o',
+      ttlMs: 1_000,
+      waitMs: 5_000,
+      signal: new AbortController().signal,
+    };
+    const attempt = outcome(acquireInQueue(vanishing, request, tools));
+    await clock.advance(0);
+    expect(attempt.done).toBe(true);
+    expect(attempt.value).toBeUndefined();
+    expect(attempt.error).toBeInstanceOf(TransportError);
+    expect((attempt.error as TransportError).message).toContain('vanished 5 times');
+    expect(vanishing.calls.enqueue).toBe(5);
+    expect(vanishing.holder('a')).toBeUndefined();
+  });
+
+  it('a semaphore whose claims keep vanishing is a TransportError to its caller, not no-free-permit', async () => {
+    const clock = new FakeClock();
+    const cleanups = new BackgroundRetries(clock);
+    class VanishingQueue extends MemoryQueue {
+      override async enqueue(claim: Claim, options: { readonly queue: boolean }): Promise<Standing<number>> {
+        await super.enqueue(claim, options);
+        this.remove(claim.name, claim.id);
+        return this.check(claim);
+      }
+    }
+    const vanishing = new VanishingQueue(clock);
+    // Every permit is free; only the claims keep ending.
+    class VanishingService extends MemoryLockService {
+      override acquirePermit(request: PermitRequest): Promise<AcquireResult> {
+        return acquireInQueue(vanishing, request, { clock, cleanups, cleanupHorizonMs: () => 10_000 });
+      }
+    }
+    const client = new LockClient(new VanishingService({ clock }), { clock });
+    const acquiring = outcome(client.semaphore('s', { permits: 2, ttlMs: 1_000 }).acquire({ waitMs: 2_000 }));
+    await clock.advance(2_000);
+    expect(acquiring.error).toBeInstanceOf(TransportError);
+    expect(acquiring.error).not.toBeInstanceOf(AcquireTimeoutError);
+    await client.close();
+  });
+
   it('a write whose reply was lost is undone in the background, retried until it lands', async () => {
     const { clock, driver, cleanups, acquire } = setup();
     driver.loseNextEnqueueReply = true;
@@ -226,6 +290,34 @@ describe('acquireInQueue: the one queue algorithm', () => {
     await cleanups.close();
     await clock.advance(20_000);
     expect(driver.calls.leave).toBe(tries + 1);
+  });
+
+  it('close() waits at most closeWaitMs for a try that never answers, then settles', async () => {
+    const clock = new FakeClock();
+    const cleanups = new BackgroundRetries(clock, { closeWaitMs: 2_000 });
+    let tries = 0;
+    // A driver's leave that never answers (a connection that hangs): nothing may hold close() for ever.
+    cleanups.run(() => {
+      tries += 1;
+      return new Promise(() => {});
+    }, 60_000);
+    const closing = outcome(cleanups.close());
+    await clock.advance(1_999);
+    expect(closing.done).toBe(false);
+    await clock.advance(1);
+    expect(closing.done).toBe(true);
+    expect(closing.error).toBeUndefined();
+    expect(tries).toBe(1);
+    // A clean-up that settles in time is waited for, not the whole bound; nothing is left armed.
+    const quick = new BackgroundRetries(clock);
+    quick.run(() => clock.sleep(10), 60_000);
+    const closingQuick = outcome(quick.close());
+    await clock.advance(10);
+    expect(closingQuick.done).toBe(true);
+    expect(clock.pendingTimers).toBe(0);
+    for (const closeWaitMs of [-1, Number.NaN, Number.POSITIVE_INFINITY, 2 ** 31]) {
+      expect(() => new BackgroundRetries(clock, { closeWaitMs })).toThrow(InvalidArgumentError);
+    }
   });
 
   it('a driver that can give up atomically keeps a lock handed to it at the last moment', async () => {

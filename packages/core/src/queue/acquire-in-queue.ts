@@ -1,4 +1,5 @@
 import type { Clock } from '../clock.js';
+import { TransportError } from '../errors.js';
 import type { AcquireRequest, AcquireResult } from '../service.js';
 import type { BackgroundRetries } from './background-retries.js';
 import type { QueueDriver, Standing } from './queue-driver.js';
@@ -28,7 +29,8 @@ export interface QueueTools {
  *   granted meanwhile is given back by `leave`;
  * - whatever a failed or abandoned call may have left in the queue is removed, at once or in the background;
  * - a claim that vanished while it waited (its lease or session ended) is never reported as held: the attempt
- *   starts over with a new claim.
+ *   starts over with a new claim; after 5 such losses in one call it rejects with a `TransportError` (never a
+ *   refusal: a lost claim says nothing about who holds the lock or its permits).
  */
 export async function acquireInQueue<C, W>(
   driver: QueueDriver<C, W>,
@@ -77,7 +79,13 @@ export async function acquireInQueue<C, W>(
     // Gone: whatever is left of it (nothing, normally) goes in the background; a new claim queues at the back.
     // Past the deadline a restart makes one attempt and leaves: losing a claim is not contention.
     leaveInBackground(driver, claim, request, tools);
-    if (restart + 1 >= MAX_RESTARTS) return { acquired: false };
+    if (restart + 1 >= MAX_RESTARTS) {
+      // Not `acquired: false`: that says the lock (or every permit) stayed taken, and nothing here says so; permits
+      // may be free. The service kept ending claims (their lease or session), which is its failure to report.
+      throw new TransportError(
+        `acquire "${request.name}": its claim in the queue vanished ${MAX_RESTARTS} times in a row (a lease or session that keeps ending), so no answer was reached`,
+      );
+    }
   }
 }
 

@@ -1,4 +1,6 @@
 import type { Clock } from '../clock.js';
+import { InvalidArgumentError } from '../errors.js';
+import { MAX_TIMER_MS } from '../options.js';
 import { fullJitterBackoff } from '../timing.js';
 
 const STOPPED = Symbol('stopped');
@@ -14,13 +16,26 @@ export class BackgroundRetries {
   readonly #clock: Clock;
   readonly #baseMs: number;
   readonly #capMs: number;
+  readonly #closeWaitMs: number;
   readonly #running = new Set<Promise<void>>();
   readonly #stop = new AbortController();
 
-  constructor(clock: Clock, options: { readonly baseMs?: number; readonly capMs?: number } = {}) {
+  /**
+   * `closeWaitMs` (default 5,000 ms, as core's default `operationTimeoutMs`; from 0 to 2^31 − 1): how long `close()`
+   * waits for tries still in flight.
+   */
+  constructor(
+    clock: Clock,
+    options: { readonly baseMs?: number; readonly capMs?: number; readonly closeWaitMs?: number } = {},
+  ) {
     this.#clock = clock;
     this.#baseMs = options.baseMs ?? 50;
     this.#capMs = options.capMs ?? 1_000;
+    const closeWaitMs = options.closeWaitMs ?? 5_000;
+    if (typeof closeWaitMs !== 'number' || !(closeWaitMs >= 0 && closeWaitMs <= MAX_TIMER_MS)) {
+      throw new InvalidArgumentError('options.closeWaitMs', `must be a number from 0 to ${MAX_TIMER_MS}`);
+    }
+    this.#closeWaitMs = closeWaitMs;
   }
 
   /** Number of clean-ups not yet settled. */
@@ -36,10 +51,23 @@ export class BackgroundRetries {
     void running.finally(() => this.#running.delete(running));
   }
 
-  /** Stops retrying (a try in flight still finishes) and waits for every clean-up to settle. Idempotent. */
+  /**
+   * Stops retrying and waits for the tries in flight to settle, at most `closeWaitMs`: a driver call that never
+   * answers must not hold its service's close() for ever. A try still out then is left to land or not on its own
+   * (nothing retries it). Idempotent.
+   */
   async close(): Promise<void> {
     this.#stop.abort(STOPPED);
-    await Promise.allSettled([...this.#running]);
+    if (this.#running.size === 0) return;
+    const waited = new AbortController();
+    try {
+      await Promise.race([
+        Promise.allSettled([...this.#running]),
+        this.#clock.sleep(this.#closeWaitMs, waited.signal, { unref: true }),
+      ]);
+    } finally {
+      waited.abort();
+    }
   }
 
   async #retry(task: () => Promise<unknown>, untilMs: number): Promise<void> {
