@@ -179,13 +179,25 @@ export class MemoryLockService implements LockService {
     const watchers = this.#watchers.get(name);
     if (!watchers) return;
     // Deliver after the current operation completes, as a remote service would.
-    for (const watcher of [...watchers]) queueMicrotask(watcher);
+    for (const watcher of [...watchers]) queueMicrotask(() => deliver(watcher));
   }
 
   #changed(name: string): void {
     const watchers = this.#changeWatchers.get(name);
     if (!watchers) return;
-    for (const watcher of [...watchers]) queueMicrotask(watcher);
+    for (const watcher of [...watchers]) queueMicrotask(() => deliver(watcher));
+  }
+}
+
+/**
+ * `watch` is public: a callback that throws would otherwise do so inside a microtask, an uncaught exception that
+ * ends the process. A remote service's watch drops it the same way (it cannot hand it back to anyone).
+ */
+function deliver(watcher: () => void): void {
+  try {
+    watcher();
+  } catch {
+    // Nobody to hand it to: the callback's caller is the service itself.
   }
 }
 
