@@ -255,10 +255,16 @@ class BoundedCall<T, R> extends Entry {
     } catch (error) {
       pending = Promise.reject(error);
     }
-    pending.then(
-      (value) => this.#succeeded(value),
-      (error: unknown) => this.#failed(error),
-    );
+    try {
+      pending.then(
+        (value) => this.#succeeded(value),
+        (error: unknown) => this.#failed(error),
+      );
+    } catch (error) {
+      // A native promise whose `then` was patched to throw (or an object that passes as a promise): a failed call,
+      // settled here, not a throw out of the caller with this call's deadline left to reject unheard.
+      this.#failed(error);
+    }
     return promise;
   }
 

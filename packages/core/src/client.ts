@@ -505,6 +505,8 @@ export class LockClient {
     if (!handle.markReleased()) return;
     const counted = this.#enter();
     const clock = this.#clock;
+    /** A try failed or timed out: it may have deleted the lock all the same, so a later not-found proves no loss. */
+    let unanswered = false;
     try {
       for (let tries = 1; ; tries += 1) {
         const sentAt = clock.monotonic();
@@ -516,9 +518,16 @@ export class LockClient {
             timeoutMs: Math.max(1, until - sentAt),
             what: `release "${handle.name}"`,
           });
-          this.#emitReleased(handle, startedAt, deleted === false ? 'not-found' : 'deleted', undefined);
+          this.#emitReleased(
+            handle,
+            startedAt,
+            deleted === false ? 'not-found' : 'deleted',
+            undefined,
+            deleted === false && unanswered,
+          );
           return;
         } catch (error) {
+          unanswered = true;
           const now = clock.monotonic();
           const backoff = fullJitterBackoff(
             tries - 1,
@@ -959,6 +968,7 @@ export class LockClient {
     startedAt: number,
     result: 'deleted' | 'not-found' | 'failed',
     error: unknown,
+    afterUnansweredTry = false,
   ): void {
     if (!this.events.listens('released')) return;
     const at = this.#clock.monotonic();
@@ -967,6 +977,7 @@ export class LockClient {
       heldMs: startedAt - handle.acquiredAt,
       releaseMs: at - startedAt,
       result,
+      ...(afterUnansweredTry ? { afterUnansweredTry: true } : {}),
       ...(error === undefined ? {} : { error }),
     });
   }

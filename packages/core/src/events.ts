@@ -88,7 +88,8 @@ export interface LockEventMap {
    * A release, emitted once the service answered (or the call failed): `heldMs` runs from the grant to the
    * `release()` call (the hold), `releaseMs` is the service call, so `at − releaseMs` is when the release began.
    * `result`: `deleted`; `not-found` when the service had nothing of this grant left (the lock had already been
-   * taken from it, and `release()` rejects with a `LockLostError` unless `close()` released it); `failed` when the
+   * taken from it, and `release()` rejects with a `LockLostError` unless `close()` released it; with
+   * `afterUnansweredTry`, `close()`'s own earlier try may have deleted it, and no loss is known); `failed` when the
    * service could not be told (`error` says why; the lease runs out by its TTL).
    */
   released: LockEventBase & {
@@ -98,6 +99,12 @@ export interface LockEventMap {
     readonly releaseMs: number;
     /** What the service answered. */
     readonly result: 'deleted' | 'not-found' | 'failed';
+    /**
+     * Set (`true`) on a `not-found` from `close()`'s retried release when an earlier try of it failed or timed out:
+     * that try may have deleted the lock itself, so the answer does not show the lock was taken from its holder.
+     * Absent otherwise.
+     */
+    readonly afterUnansweredTry?: true;
     /** Why the service could not be told, for `failed`. */
     readonly error?: unknown;
   };

@@ -1,7 +1,9 @@
 import {
   type AcquireRequest,
   ClientClosedError,
+  type Lease,
   LockClient,
+  type LockEventMap,
   type LockService,
   MemoryLockService,
   TransportError,
@@ -159,6 +161,40 @@ describe('close()', () => {
     expect(faulty.counts.attempted.release).toBe(2);
     expect(memory.holder('a')).toBeUndefined();
     expect(eventsOf('released').map((e) => e.result)).toEqual(['deleted']);
+  });
+
+  it('a retry that finds nothing after a try whose reply was lost does not claim the lock was taken', async () => {
+    const clock = new FakeClock();
+    // The first release deletes the lock and its reply is lost (a reset after the write): close() retries.
+    class LostReplies extends MemoryLockService {
+      lose = 0;
+      override async release(lease: Lease): Promise<boolean> {
+        const deleted = await super.release(lease);
+        if (this.lose > 0) {
+          this.lose -= 1;
+          throw new TransportError('connection reset after the delete');
+        }
+        return deleted;
+      }
+    }
+    const memory = new LostReplies({ clock });
+    const released: LockEventMap['released'][] = [];
+    const client = new LockClient(memory, { clock, operationTimeoutMs: 1_000 });
+    client.events.on('released', (event) => released.push(event));
+    await client.acquire('a', { ttlMs: TTL });
+    memory.lose = 1;
+    const closing = outcome(client.close());
+    await clock.advanceUntil(() => closing.done, 1_000);
+    expect(closing.error).toBeUndefined();
+    expect(released.map((e) => [e.result, e.afterUnansweredTry])).toEqual([['not-found', true]]);
+    // A not-found with no try before it is the lock taken from its holder, as ever: no flag.
+    const other = new LockClient(memory, { clock });
+    const taken: LockEventMap['released'][] = [];
+    other.events.on('released', (event) => taken.push(event));
+    const handle = await other.acquire('b', { ttlMs: TTL });
+    await memory.release({ ...(handle as unknown as { lease: Lease }).lease });
+    await other.close();
+    expect(taken.map((e) => [e.result, e.afterUnansweredTry])).toEqual([['not-found', undefined]]);
   });
 
   it('rejects with a TransportError naming every lock it could not release, within operationTimeoutMs', async () => {
@@ -346,5 +382,49 @@ describe('a service whose methods do not return promises', () => {
     // Past every call's bound: a deadline left behind by a call that threw would reject with nobody listening.
     await clock.advance(5_000);
     await client.close();
+  });
+
+  it('a native promise whose then throws is a failed call: it rejects, never throws, and leaves no deadline', async () => {
+    const clock = new FakeClock();
+    const memory = new MemoryLockService({ clock });
+    /** A promise patched by some library so that its then throws (instanceof Promise all the same). */
+    const brokenPromise = <T>(value: T): Promise<T> => {
+      const promise = Promise.resolve(value);
+      Object.defineProperty(promise, 'then', {
+        value: () => {
+          throw new Error('patched then broke');
+        },
+      });
+      return promise;
+    };
+    const unhandled: unknown[] = [];
+    const record = (reason: unknown): void => {
+      unhandled.push(reason);
+    };
+    process.on('unhandledRejection', record);
+    try {
+      const service = {
+        acquire: (request: AcquireRequest) => memory.acquire(request),
+        renew: () => brokenPromise({ renewed: true }),
+        release: () => brokenPromise(true),
+        watch: () => () => {},
+      } as unknown as LockService;
+      const client = new LockClient(service, { clock, operationTimeoutMs: 1_000 });
+      const handle = await client.acquire('a', { ttlMs: 3_000 });
+      const renewed = outcome(Promise.resolve().then(() => handle.renew()));
+      const released = outcome(Promise.resolve().then(() => handle.release()));
+      await clock.advance(0);
+      // A renewal the service could not be asked for is a failed renewal: renew() says false.
+      expect(renewed).toMatchObject({ done: true, value: false });
+      expect(released.error).toBeInstanceOf(TransportError);
+      expect((released.error as TransportError).message).toContain('patched then broke');
+      // Past every call's bound: a deadline left in the list would reject then with nobody listening.
+      await clock.advance(5_000);
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(unhandled).toEqual([]);
+      await client.close();
+    } finally {
+      process.off('unhandledRejection', record);
+    }
   });
 });

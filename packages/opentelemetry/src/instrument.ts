@@ -188,7 +188,8 @@ export function instrument(client: InstrumentableClient, options?: InstrumentOpt
     });
   });
   listen('released', (event: LockEventMap['released']) => {
-    const lost = event.result === 'not-found';
+    // A not-found after a try of close()'s release went unanswered may be that try's own delete: no loss is known.
+    const lost = event.result === 'not-found' && event.afterUnansweredTry !== true;
     const base = endHold(event, event.heldMs, lost ? 'lost' : 'released');
     // The service had nothing of this grant left: the lock was taken from it before the release (release()
     // rejects with a LockLostError, reason `rejected`), and the core emits no `lost` event for it.

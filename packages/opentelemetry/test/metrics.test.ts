@@ -146,6 +146,26 @@ describe('holds', () => {
     ]);
   });
 
+  it("close()'s retried release that finds nothing after an unanswered try is released, not a loss", async () => {
+    const { client, clock, faulty, memory, points, histogram, spans } = setup();
+    const handle = await client.acquire('a', { ttlMs: TTL });
+    const { lease } = handle as unknown as { lease: Parameters<typeof memory.release>[0] };
+    // The first try fails with a transport error; as far as the client knows it may have deleted the lock (a reply
+    // lost after the write), which is what the service shows the retry.
+    faulty.failNext(1);
+    const closing = outcome(client.close());
+    await clock.advance(0);
+    expect(await memory.release(lease)).toBe(true);
+    await clock.advanceUntil(() => closing.done, 1_000);
+    expect(closing.error).toBeUndefined();
+    expect(faulty.counts.attempted.release).toBe(2);
+    expect(await points(M.losses)).toEqual([]);
+    expect((await histogram(M.holdDuration)).map((p) => p.attributes)).toEqual([
+      { ...lock, [A.holdEnd]: 'released' },
+    ]);
+    expect(spans('dlock.release').map((s) => s.attributes[A.releaseResult])).toEqual(['not-found']);
+  });
+
   it('a lease granted once (renew: false) that runs out: lost, reason expired', async () => {
     const { client, clock, points } = setup();
     await client.acquire('a', { ttlMs: TTL, renew: false });
