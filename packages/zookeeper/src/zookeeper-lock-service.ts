@@ -16,6 +16,7 @@ import {
   BackgroundRetries,
   CallDeadlines,
   type QueueTools,
+  validateMetadata,
   validatePermits,
 } from '@dlock/core/adapter';
 import { ZooKeeperServiceClosedError } from './errors.js';
@@ -190,6 +191,7 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
   async acquire(request: AcquireRequest): Promise<AcquireResult> {
     this.#assertOpen();
     validateName(request.name, 'request.name');
+    if (request.metadata !== undefined) validateMetadata(request.metadata, 'request.metadata');
     // After a pause past the session timeout the session is over, even if no timer has run yet to say so.
     this.#endIfSilent();
     return this.#track(acquireInQueue(this.#protocol, request, this.#queue));
@@ -204,6 +206,7 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
     this.#assertOpen();
     validateName(request.name, 'request.name');
     validatePermits(request.permits, 'request.permits');
+    if (request.metadata !== undefined) validateMetadata(request.metadata, 'request.metadata');
     this.#endIfSilent();
     return this.#track(acquireInQueue(this.#semaphores, request, this.#queue));
   }
@@ -277,6 +280,7 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
    * gave up at the head). Best effort: notices can be missed while the connection is down.
    */
   watch(name: string, onReleased: () => void): () => void {
+    validateName(name);
     if (this.#closed) return noop;
     return this.#watches.add(lockParentPath(this.#root, name), onReleased);
   }
@@ -301,6 +305,8 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
    */
   async updateMetadata(lease: Lease, metadata: string): Promise<boolean> {
     this.#assertOpen();
+    // Past core's limit it is the caller's mistake, not a transport failure (ZooKeeper's client refuses over 1 MB).
+    validateMetadata(metadata, 'metadata');
     this.#endIfSilent();
     return this.#protocol.updateMetadata(lease, metadata);
   }
@@ -311,6 +317,7 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
    * service, however many subscribe. Best effort, like `watch`.
    */
   watchChanges(name: string, onChange: () => void): () => void {
+    validateName(name);
     if (this.#closed) return noop;
     return this.#changes.add(lockParentPath(this.#root, name), onChange);
   }

@@ -14,6 +14,7 @@ export {
 export { textOf } from '../errors.js';
 export { Link, LinkedSet } from '../linked-set.js';
 export { closestKey, rejectUnknownKeys } from '../option-keys.js';
+export { validateMetadata } from '../options.js';
 export {
   acquireInQueue,
   BackgroundRetries,
