@@ -4,6 +4,7 @@ import type {
   NodeConfirm,
   NodeMint,
   NodeRelease,
+  NodeReleaseReply,
   NodeRenew,
   NodeRenewReply,
   RedlockNode,
@@ -108,12 +109,13 @@ export class ModelNode implements RedlockNode {
     );
   }
 
-  release(request: NodeRelease): Promise<boolean> {
+  release(request: NodeRelease): Promise<NodeReleaseReply> {
     return this.#op(() => {
       const current = this.#live(request.name);
-      if (current?.owner !== request.ownershipToken) return false;
+      if (current === undefined) return 'absent';
+      if (current.owner !== request.ownershipToken) return 'other';
       this.#locks.delete(request.name);
-      return !current.retaken;
+      return current.retaken ? 'retaken' : 'deleted';
     });
   }
 

@@ -262,8 +262,10 @@ describe('the per-node scripts on a real server', () => {
     expect(await within(redis.get(redlockKeys('dlock:redlock:', vanished).lock))).toBe('me r');
     expect(await within(redis.get(redlockKeys('dlock:redlock:', vanished).fence))).toBe(big.toString());
     expect(await within(redis.get(redlockKeys('dlock:redlock:', taken).lock))).toBe('other');
-    expect(await n.release({ name: taken, ownershipToken: 'me', notice: '1' }, signal)).toBe(false);
-    expect(await n.release({ name: mine, ownershipToken: 'me', notice: '1' }, signal)).toBe(true);
+    expect(await n.release({ name: taken, ownershipToken: 'me', notice: '1' }, signal)).toBe('other');
+    expect(await n.release({ name: mine, ownershipToken: 'me', notice: '1' }, signal)).toBe('deleted');
+    expect(await n.release({ name: mine, ownershipToken: 'me', notice: '1' }, signal)).toBe('absent');
+    expect(await n.release({ name: vanished, ownershipToken: 'me', notice: '1' }, signal)).toBe('retaken');
   });
 
   it('after the node lost its script cache: falls back to EVAL, and a re-sent renewal never re-takes', async () => {
@@ -742,6 +744,52 @@ function faultSuites(set: NodeSet): void {
         await Promise.all([redlock.close(), other.close()]);
         for (const c of proxied) c.drop();
         await Promise.all(proxies.map((p) => p.close()));
+      }
+    });
+  });
+
+  describe('RedlockService: a release whose try on a node was cut off', () => {
+    it('does not count a key held by someone else on the retry as its own delete', async () => {
+      // Node 0 through a proxy; nodes 1 and 2 direct.
+      const proxy = await startTcpProxy({ targetPort: (servers[0] as RedisServer).port });
+      const proxied = await set.connect(`redis://127.0.0.1:${proxy.port}`);
+      const mine = new RedlockService({
+        clients: [proxied.client, ...firstNodes(3).slice(1)] as RedlockClientLike[],
+        requestTimeoutMs: 2_000,
+      });
+      const rival = service(firstNodes(3));
+      const name = lockName('release-retry-other');
+      const { lock: lockKey } = redlockKeys('dlock:redlock:', name);
+      const request = { name, ownerId: 'test', waitMs: 0, signal: new AbortController().signal };
+      try {
+        const first = await mine.acquire({ ...request, ttlMs: 30_000 });
+        if (!first.acquired) throw new Error('not granted');
+        // Nodes 0 and 1 lose this lease's keys, and the rival holds the lock on them.
+        await within((clients[0] as Client).del(lockKey));
+        await within((clients[1] as Client).del(lockKey));
+        const taken = await rival.acquire({ ...request, ttlMs: 30_000 });
+        if (!taken.acquired) throw new Error('rival not granted');
+        // The release's try on node 0 is written and its connection drops: it may have been applied, so it is tried
+        // again once the client is back, and then finds the rival's key.
+        proxy.mode = 'blackhole';
+        const release = mine
+          .release({ name, ownerId: 'test', ...first.grant })
+          .catch((error: unknown) => error);
+        await sleep(50);
+        proxy.mode = 'refuse';
+        proxy.resetAll();
+        setTimeout(() => {
+          proxy.mode = 'pass';
+        }, 200);
+        // Before the fix: true ("released"), node 0's "not held" taken for this release's own earlier delete, while
+        // the rival held nodes 0 and 1. Node 1 and node 0 hold another owner's key: the lease was lost.
+        expect(await release).toBe(false);
+        expect(await rival.release({ name, ownerId: 'test', ...taken.grant })).toBe(true);
+      } finally {
+        proxy.mode = 'pass';
+        await Promise.all([mine.close(), rival.close()]);
+        proxied.drop();
+        await proxy.close();
       }
     });
   });

@@ -17,11 +17,8 @@ export interface RedlockNode {
   mint(request: NodeMint, signal: AbortSignal): Promise<boolean>;
   /** Extends every lease still owned here; results in request order. */
   renew(requests: readonly NodeRenew[], signal: AbortSignal): Promise<readonly NodeRenewReply[]>;
-  /**
-   * Owner-checked delete, announcing the release; whether the lease's key was deleted and had been the lease's since
-   * its last confirmed renewal (false for a key a renewal re-took and no majority confirmed since: that proves nothing).
-   */
-  release(request: NodeRelease, signal: AbortSignal): Promise<boolean>;
+  /** Owner-checked delete, announcing the release (see {@link NodeReleaseReply}). */
+  release(request: NodeRelease, signal: AbortSignal): Promise<NodeReleaseReply>;
   /**
    * After a renewal a majority confirmed with `extended`: the keys this node answered `retaken` have been the leases'
    * since then, and later renewals may count them as `extended`.
@@ -63,6 +60,13 @@ export interface NodeRenew {
  * majority has confirmed since (evidence of a gap, never of continuous ownership). `missing`: it was gone and was left so. `refused`: another owner holds it.
  */
 export type NodeRenewReply = 'extended' | 'retaken' | 'missing' | 'refused';
+
+/**
+ * `deleted`: the lease's key was deleted, and had been the lease's since its last confirmed renewal. `retaken`: a key
+ * a renewal re-took and no majority confirmed since was deleted (that proves nothing). `absent`: no key. `other`:
+ * another owner's key is there.
+ */
+export type NodeReleaseReply = 'deleted' | 'retaken' | 'absent' | 'other';
 
 export interface NodeRelease {
   readonly name: string;

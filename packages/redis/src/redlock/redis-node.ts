@@ -9,6 +9,7 @@ import {
   type NodeMint,
   NodeNotConnectedError,
   type NodeRelease,
+  type NodeReleaseReply,
   type NodeRenew,
   type NodeRenewReply,
   type RedlockNode,
@@ -128,13 +129,18 @@ export class RedisRedlockNode implements RedlockNode {
     });
   }
 
-  async release(request: NodeRelease, signal: AbortSignal): Promise<boolean> {
+  async release(request: NodeRelease, signal: AbortSignal): Promise<NodeReleaseReply> {
     const keys = redlockKeys(this.#prefix, request.name);
     const args = [request.ownershipToken, keys.released, request.notice ?? ''];
     const reply = request.cleanup
       ? await RELEASE.runWhole((command) => this.#send(command, signal), [keys.lock], args)
       : await this.#eval(RELEASE, [keys.lock], args, signal);
-    return int(reply) === 1;
+    const code = int(reply);
+    if (code === 1) return 'deleted';
+    if (code === 2) return 'retaken';
+    if (code === 3) return 'absent';
+    if (code === 0) return 'other';
+    throw new TransportError(`${this.label}: unexpected reply to release`);
   }
 
   async confirm(requests: readonly NodeConfirm[], signal: AbortSignal): Promise<void> {

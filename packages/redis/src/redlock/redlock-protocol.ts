@@ -13,6 +13,7 @@ import {
   type NodeConfirm,
   NodeNotConnectedError,
   type NodeRelease,
+  type NodeReleaseReply,
   type NodeRenew,
   type NodeRenewReply,
   type RedlockNode,
@@ -266,15 +267,17 @@ export class QuorumLock {
   }
 
   /**
-   * One node's part of a release, tried again while its call fails, until `bound` ends. An answer "not held" after a
-   * try that may have been applied (any failure but {@link NodeNotConnectedError}) counts as deleted: that try may
-   * have been the delete.
+   * One node's part of a release, tried again while its call fails, until `bound` ends. No key after a try that may
+   * have been applied (any failure but {@link NodeNotConnectedError}) counts as deleted: that try may have been the
+   * delete. Another owner's key does not: counted so, a rival's key on a node this lease had lost made a release
+   * "released" while the rival held the lock.
    */
   async #releaseOn(node: RedlockNode, request: NodeRelease, bound: AbortSignal): Promise<boolean> {
     let maybeApplied = false;
     for (let pauseMs = RELEASE_FIRST_PAUSE_MS; ; pauseMs = Math.min(2 * pauseMs, RELEASE_MAX_PAUSE_MS)) {
       try {
-        return (await node.release(request, bound)) || maybeApplied;
+        const reply = await node.release(request, bound);
+        return reply === 'deleted' || (reply === 'absent' && maybeApplied);
       } catch (error) {
         if (!(error instanceof NodeNotConnectedError)) maybeApplied = true;
         if (bound.aborted) throw error;
@@ -294,8 +297,13 @@ export class QuorumLock {
       fencingToken: lease.fencingToken,
       ttlMs,
     }));
+    const calls: Promise<readonly NodeRenewReply[]>[] = [];
     const outcomes = await this.#round<readonly NodeRenewReply[]>(
-      (node, s) => node.renew(items, s),
+      (node, s) => {
+        const call = node.renew(items, s);
+        calls.push(call);
+        return call;
+      },
       (results) => items.every((_, i) => decideRenewal(results, i, n, q) !== UNDECIDED),
     );
     const decisions = requests.map(({ lease }, i) => {
@@ -304,31 +312,37 @@ export class QuorumLock {
       if (decision !== UNDECIDED && !decision.renewed) this.releaseInBackground(lease);
       return decision;
     });
-    this.#confirmRetaken(items, outcomes, decisions);
+    if (decisions.some((decision) => decision !== UNDECIDED && decision.renewed)) {
+      calls.forEach((call, index) => {
+        call.then(
+          (replies) => this.#confirmRetaken(index, items, replies, decisions),
+          () => {},
+        );
+      });
+    }
     return decisions;
   }
 
   /**
-   * Marks plain again, in the background, the re-taken keys of the leases this renewal confirmed: from it on they
-   * have been the leases' without a gap. Only a renewal that re-took or found a re-taken key sends anything. A
+   * Marks plain again, in the background, the re-taken keys on node `index` of the leases this renewal confirmed:
+   * from the re-take on they have been the leases' without a gap. Also for a node that answered after the round was
+   * decided without it: a restarted node is often the slowest, and its key would stay marked for good, so that a
+   * second restart lost a lease that had healed. Only a renewal that re-took or found a re-taken key sends anything. A
    * confirmation that does not land leaves the key marked: later renewals count it against the lease, never for it.
    */
   #confirmRetaken(
+    index: number,
     items: readonly NodeRenew[],
-    outcomes: readonly Outcome<readonly NodeRenewReply[]>[],
+    replies: readonly NodeRenewReply[],
     decisions: readonly RenewDecision[],
   ): void {
-    outcomes.forEach((outcome, index) => {
-      if (outcome.status !== 'ok') return;
-      const confirmed: NodeConfirm[] = [];
-      outcome.value.forEach((reply, i) => {
-        const decision = decisions[i];
-        if (reply === 'retaken' && decision !== UNDECIDED && decision?.renewed) {
-          confirmed.push(items[i] as NodeRenew);
-        }
-      });
-      if (confirmed.length > 0) this.#inBackground((node, s) => node.confirm(confirmed, s), index);
+    const confirmed: NodeConfirm[] = [];
+    replies.forEach((reply, i) => {
+      const decision = decisions[i];
+      if (reply === 'retaken' && decision !== UNDECIDED && decision?.renewed)
+        confirmed.push(items[i] as NodeRenew);
     });
+    if (confirmed.length > 0) this.#inBackground((node, s) => node.confirm(confirmed, s), index);
   }
 
   #round<T>(
@@ -384,7 +398,7 @@ export class QuorumLock {
     const node = this.#nodes[index] as RedlockNode;
     const closing = this.#closing.signal;
     for (let pauseMs = UNDO_FIRST_PAUSE_MS; ; pauseMs = Math.min(2 * pauseMs, UNDO_MAX_PAUSE_MS)) {
-      const [outcome] = await runRound<boolean>(1, (_, s) => node.release(request, s), {
+      const [outcome] = await runRound<NodeReleaseReply>(1, (_, s) => node.release(request, s), {
         deadlines: this.#deadlines,
       });
       const leftMs = expiresBy - this.#clock.monotonic();

@@ -86,7 +86,8 @@ return out
 /**
  * KEYS: lock. ARGV: ownership token, release channel, notice (the fencing token; empty: announce nothing).
  * Owner-checked delete, announced on the channel (never with the ownership token, which proves ownership). 1: the
- * lease's plain key was deleted; 2: its re-taken key (see {@link RETAKEN}) was, which proves nothing; 0: not held.
+ * lease's plain key was deleted; 2: its re-taken key (see {@link RETAKEN}) was, which proves nothing; 0: another
+ * owner's key is there; 3: no key.
  */
 export const RELEASE = new LuaScript(`
 local owner = ARGV[1]
@@ -96,7 +97,8 @@ if current == owner or current == ${RETAKEN} then
   if ARGV[3] ~= '' then redis.call('PUBLISH', ARGV[2], ARGV[3]) end
   return current == owner and 1 or 2
 end
-return 0
+if current then return 0 end
+return 3
 `);
 
 /**
