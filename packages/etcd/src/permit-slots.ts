@@ -223,19 +223,22 @@ export class PermitSlots<C extends SlotClaim> {
 
   /**
    * How many slots no key holds, in one read that also looks for keys written with another limit. A slot key can
-   * outlive its expired lease by up to etcd's lessor interval (500 ms), and counts as held until then.
+   * outlive its expired lease by up to etcd's lessor interval (500 ms), and counts as held until then. The keys are
+   * read, not counted: one under the slot prefix that names no slot of this limit (another tool's) holds nothing an
+   * acquire competes for, and `inspect` does not list it.
    */
   async available(name: string, permits: number): Promise<number> {
     const layout = semaphoreLayout(this.#prefix, name, permits);
     const response = await this.#txns.run('available permits', {
-      success: [
-        ...otherLimits(layout),
-        { request_range: { key: layout.slots, range_end: layout.slotsEnd, count_only: true } },
-      ],
+      success: [...otherLimits(layout), keysOnly(layout.slots, layout.slotsEnd)],
     });
     if (otherLimitKey(response)) throw mismatch(layout, response);
-    const held = Number(response.responses[2]?.response_range?.count ?? 0);
-    return Math.max(0, permits - held);
+    const held = new Set<number>();
+    for (const kv of rangeKvs(response, 2)) {
+      const slot = slotOf(layout, kv.key);
+      if (slot !== undefined) held.add(slot);
+    }
+    return permits - held.size;
   }
 
   /**
