@@ -183,7 +183,9 @@ export class EtcdReleaseWatch {
     if (!registration) return;
     this.#backoffMs = 50;
     if (response.canceled) {
-      // Compacted past the start revision, or refused: start over from now and let the owner re-read.
+      // Compacted past the start revision, or refused: start over from now and let the owner re-read. No backoff:
+      // re-created from now, a watch is never compacted again, and etcd (3.4.23, checked) answers a create refused
+      // for permission with watch id -1, which names no registration and never reaches here.
       this.#byId.delete(String(response.watch_id));
       registration.watchId = undefined;
       registration.nextRevision = undefined;
