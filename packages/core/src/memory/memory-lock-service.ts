@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { type Clock, systemClock } from '../clock.js';
 import { InvalidArgumentError } from '../errors.js';
+import { catchReturned } from '../events.js';
 import { rejectUnknownKeys } from '../option-keys.js';
 import { acquireInQueue } from '../queue/acquire-in-queue.js';
 import { BackgroundRetries } from '../queue/background-retries.js';
@@ -191,15 +192,18 @@ export class MemoryLockService implements LockService {
 
 /**
  * `watch` is public: a callback that throws would otherwise do so inside a microtask, an uncaught exception that
- * ends the process. A remote service's watch drops it the same way (it cannot hand it back to anyone).
+ * ends the process, and an `async` one (it type-checks as `() => void`) would leave its rejected promise unhandled,
+ * which ends it too. A remote service's watch drops them the same way (it cannot hand them back to anyone).
  */
 function deliver(watcher: () => void): void {
   try {
-    watcher();
+    catchReturned((watcher as () => unknown)(), ignore);
   } catch {
     // Nobody to hand it to: the callback's caller is the service itself.
   }
 }
+
+function ignore(): void {}
 
 function subscribe(map: Map<string, Set<() => void>>, name: string, callback: () => void): () => void {
   let set = map.get(name);
