@@ -10,6 +10,7 @@ import {
   type RenewRequest,
   type RenewResult,
   systemClock,
+  validateName,
 } from '@dlock/core';
 import {
   acquireInQueue,
@@ -17,6 +18,7 @@ import {
   linkSignals,
   type QueueDriver,
   type QueueTools,
+  validateMetadata,
   validatePermits,
 } from '@dlock/core/adapter';
 import { ChangeFeeds } from './change-feeds.js';
@@ -117,6 +119,7 @@ export class EtcdLockService implements LockService {
 
   async acquire(request: AcquireRequest): Promise<AcquireResult> {
     this.#assertOpen();
+    validateRequest(request);
     return this.#inQueue(this.#protocol, request);
   }
 
@@ -127,6 +130,7 @@ export class EtcdLockService implements LockService {
    */
   async acquirePermit(request: PermitRequest): Promise<AcquireResult> {
     this.#assertOpen();
+    validateRequest(request);
     validatePermits(request.permits, 'request.permits');
     return this.#inQueue(this.#semaphores, request);
   }
@@ -134,6 +138,7 @@ export class EtcdLockService implements LockService {
   /** Free slots of the semaphore right now, in one read (`PermitsMismatchError` as for `acquirePermit`). */
   async availablePermits(name: string, permits: number): Promise<number> {
     this.#assertOpen();
+    validateName(name);
     validatePermits(permits, 'permits');
     return this.#semaphores.available(name, permits);
   }
@@ -144,6 +149,7 @@ export class EtcdLockService implements LockService {
    */
   async inspectPermits(name: string, permits: number): Promise<PermitsInfo> {
     this.#assertOpen();
+    validateName(name);
     validatePermits(permits, 'permits');
     return this.#semaphores.inspect(name, permits);
   }
@@ -174,6 +180,7 @@ export class EtcdLockService implements LockService {
    * compacted away, its stream reset) may have missed a delete, so it calls `onReleased` too: "may have become free".
    */
   watch(name: string, onReleased: () => void): () => void {
+    validateName(name);
     if (this.#closing.signal.aborted) return () => {};
     const directory = lockDirectory(this.#prefix, name);
     const startRevision = this.#protocol.recentRevision();
@@ -190,6 +197,7 @@ export class EtcdLockService implements LockService {
    */
   async inspect(name: string): Promise<LockInfo> {
     this.#assertOpen();
+    validateName(name);
     const directory = lockDirectory(this.#prefix, name);
     return inspectLock(this.#kv, this.#requests, directory, prefixRangeEnd(directory));
   }
@@ -197,6 +205,7 @@ export class EtcdLockService implements LockService {
   /** One transaction: rewrites the held key's value if its create revision and lease are still ours. */
   async updateMetadata(lease: Lease, metadata: string): Promise<boolean> {
     this.#assertOpen();
+    validateMetadata(metadata, 'metadata');
     return this.#protocol.updateMetadata(lease, metadata);
   }
 
@@ -205,6 +214,7 @@ export class EtcdLockService implements LockService {
    * watch stream resets. Subscribers of one name share one etcd watch.
    */
   watchChanges(name: string, onChange: () => void): () => void {
+    validateName(name);
     if (this.#closing.signal.aborted) return () => {};
     return this.#changes.subscribe(name, onChange);
   }
@@ -291,4 +301,14 @@ export class EtcdLockService implements LockService {
       }
     }
   }
+}
+
+/**
+ * The request's name and metadata as core checks them for a `LockClient`, for callers that use the service directly.
+ * Sent, a lone surrogate became U+FFFD in the key (another name's lock), and metadata past etcd's request limit
+ * failed as a transport error that opened the `etcd3` client's circuit breaker for every caller.
+ */
+function validateRequest(request: AcquireRequest): void {
+  validateName(request.name, 'request.name');
+  if (request.metadata !== undefined) validateMetadata(request.metadata, 'request.metadata');
 }
