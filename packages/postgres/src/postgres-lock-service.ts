@@ -10,6 +10,7 @@ import {
   type RenewRequest,
   type RenewResult,
   systemClock,
+  validateName,
 } from '@dlock/core';
 import {
   acquireInQueue,
@@ -17,6 +18,7 @@ import {
   linkSignals,
   type QueueDriver,
   type QueueTools,
+  validateMetadata,
   validatePermits,
 } from '@dlock/core/adapter';
 import { Database } from './database.js';
@@ -178,7 +180,7 @@ export class PostgresLockService implements LockService {
   /** Free slots of the semaphore right now, in one statement (`PermitsMismatchError` as for `acquirePermit`). */
   async availablePermits(name: string, permits: number): Promise<number> {
     this.#assertOpen();
-    assertStorableText(name, 'name');
+    storableName(name, 'name');
     validatePermits(permits, 'permits');
     return this.#locks.availablePermits(name, permits);
   }
@@ -189,7 +191,7 @@ export class PostgresLockService implements LockService {
    */
   async inspectPermits(name: string, permits: number): Promise<PermitsInfo> {
     this.#assertOpen();
-    assertStorableText(name, 'name');
+    storableName(name, 'name');
     validatePermits(permits, 'permits');
     return this.#locks.inspectPermits(name, permits);
   }
@@ -216,7 +218,7 @@ export class PostgresLockService implements LockService {
    * processes' releases (and grants) through an observer row and a notice, while this service can listen.
    */
   watch(name: string, onReleased: () => void): () => void {
-    assertStorableText(name, 'name');
+    storableName(name, 'name');
     if (this.#closing.signal.aborted) return () => {};
     return this.#watch.onName(name, onReleased);
   }
@@ -224,14 +226,14 @@ export class PostgresLockService implements LockService {
   /** The live holder of `name` (owner id, token, metadata, time left by the server's clock) and its live waiters. */
   async inspect(name: string): Promise<LockInfo> {
     this.#assertOpen();
-    assertStorableText(name, 'name');
+    storableName(name, 'name');
     return this.#locks.inspect(name);
   }
 
   /** Owner-checked like a renewal; keeps the fencing token and the expiry. */
   async updateMetadata(lease: Lease, metadata: string): Promise<boolean> {
     this.#assertOpen();
-    assertStorableText(metadata, 'metadata');
+    storableMetadata(metadata, 'metadata');
     return this.#locks.updateMetadata(lease, metadata);
   }
 
@@ -242,7 +244,7 @@ export class PostgresLockService implements LockService {
    * every half lease.
    */
   watchChanges(name: string, onChange: () => void): () => void {
-    assertStorableText(name, 'name');
+    storableName(name, 'name');
     if (this.#closing.signal.aborted) return () => {};
     return this.#watch.onName(name, onChange);
   }
@@ -324,7 +326,21 @@ export class PostgresLockService implements LockService {
 
 /** The request's text fields, each stored in a `text` column (see `assertStorableText`). */
 function assertStorable(request: AcquireRequest): void {
-  assertStorableText(request.name, 'request.name');
+  storableName(request.name, 'request.name');
   assertStorableText(request.ownerId, 'request.ownerId');
-  if (request.metadata !== undefined) assertStorableText(request.metadata, 'request.metadata');
+  if (request.metadata !== undefined) storableMetadata(request.metadata, 'request.metadata');
+}
+
+/**
+ * A name as core checks it for a `LockClient` (callers may use the service directly), and one a `text` column can
+ * hold. Sent, a lone surrogate became U+FFFD (another name's row), and a name past the index-row limit failed as if
+ * the server were unreachable.
+ */
+function storableName(name: string, field: string): void {
+  assertStorableText(validateName(name, field), field);
+}
+
+/** Metadata as core checks it (at most 1,024 UTF-8 bytes, well-formed), and one a `text` column can hold. */
+function storableMetadata(metadata: string, field: string): void {
+  assertStorableText(validateMetadata(metadata, field), field);
 }
