@@ -134,7 +134,7 @@ export class PostgresReleaseWatch {
       this.#names.set(name, set);
       this.#startObserving(name);
     }
-    const own = (): void => listener();
+    const own = (): void => dropRejection((listener as () => unknown)());
     set.add(own);
     return () => {
       const current = this.#names.get(name);
@@ -469,3 +469,20 @@ function cancel(timer: AbortController | undefined): undefined {
   timer?.abort();
   return undefined;
 }
+
+/**
+ * What a listener returned: `watch` is public and typed `() => void`, but an `async` callback type-checks all the
+ * same, and its rejected promise, left alone, is an unhandled rejection, on which Node ends the process. Dropped, as
+ * a throw is (`notify`): nobody asked this service for the callback's result.
+ */
+function dropRejection(result: unknown): void {
+  if ((typeof result !== 'object' || result === null) && typeof result !== 'function') return;
+  try {
+    const then = (result as { then?: unknown }).then;
+    if (typeof then === 'function') then.call(result, undefined, ignore);
+  } catch {
+    // A thenable whose then throws left nothing pending.
+  }
+}
+
+function ignore(): void {}
