@@ -794,6 +794,52 @@ function faultSuites(set: NodeSet): void {
     });
   });
 
+  describe('RedlockService: a release whose try on a node was cut off, on a lease that lost its majority', () => {
+    it('does not count no key on the retry as its own delete when it cannot know: not "released"', async () => {
+      // Node 0 through a proxy; nodes 1 and 2 direct.
+      const proxy = await startTcpProxy({ targetPort: (servers[0] as RedisServer).port });
+      const proxied = await set.connect(`redis://127.0.0.1:${proxy.port}`);
+      const mine = new RedlockService({
+        clients: [proxied.client, ...firstNodes(3).slice(1)] as RedlockClientLike[],
+        requestTimeoutMs: 2_000,
+      });
+      const rival = service(firstNodes(3));
+      const name = lockName('release-retry-absent');
+      const { lock: lockKey } = redlockKeys('dlock:redlock:', name);
+      const request = { name, ownerId: 'test', waitMs: 0, signal: new AbortController().signal };
+      try {
+        const first = await mine.acquire({ ...request, ttlMs: 30_000 });
+        if (!first.acquired) throw new Error('not granted');
+        // Nodes 0 and 1 lose this lease's keys; the rival takes the lock on them and lets it go again.
+        await within((clients[0] as Client).del(lockKey));
+        await within((clients[1] as Client).del(lockKey));
+        const taken = await rival.acquire({ ...request, ttlMs: 30_000 });
+        if (!taken.acquired) throw new Error('rival not granted');
+        expect(await rival.release({ name, ownerId: 'test', ...taken.grant })).toBe(true);
+        // The release's try on node 0 is written and its connection drops: it is tried again once the client is
+        // back and finds no key, which it would also find had the first try deleted this lease's key.
+        proxy.mode = 'blackhole';
+        const release = mine
+          .release({ name, ownerId: 'test', ...first.grant })
+          .catch((error: unknown) => error);
+        await sleep(50);
+        proxy.mode = 'refuse';
+        proxy.resetAll();
+        setTimeout(() => {
+          proxy.mode = 'pass';
+        }, 200);
+        // Before the fix: true ("released"), node 0's "no key" taken for this release's own delete, while the rival
+        // had held nodes 0 and 1. Node 2's delete is the only one known: the outcome cannot be told.
+        expect(await release).toBeInstanceOf(TransportError);
+      } finally {
+        proxy.mode = 'pass';
+        await Promise.all([mine.close(), rival.close()]);
+        proxied.drop();
+        await proxy.close();
+      }
+    });
+  });
+
   describe('RedlockService: a release while two nodes reconnect', () => {
     it('is tried again on them within its bound: "released" only once no majority can hold the lock', async () => {
       // Nodes 0 and 1 through proxies that drop every connection and refuse new ones for 300 ms; node 2 direct.

@@ -242,7 +242,7 @@ export class QuorumLock {
       cancelDeadline();
       closing.removeEventListener('abort', end);
     };
-    const outcomes = await this.#round<boolean>(
+    const outcomes = await this.#round<boolean | undefined>(
       // The round's own signal is not passed on: a try in flight when the round is decided still deletes its key.
       (node) => {
         const tries = this.#releaseOn(node, request, bound.signal);
@@ -267,17 +267,24 @@ export class QuorumLock {
   }
 
   /**
-   * One node's part of a release, tried again while its call fails, until `bound` ends. No key after a try that may
-   * have been applied (any failure but {@link NodeNotConnectedError}) counts as deleted: that try may have been the
-   * delete. Another owner's key does not: counted so, a rival's key on a node this lease had lost made a release
-   * "released" while the rival held the lock.
+   * One node's part of a release, tried again while its call fails, until `bound` ends: whether the node deleted the
+   * lease's key, or `undefined` when that cannot be told. No key after a try that may have been applied (any failure
+   * but {@link NodeNotConnectedError}) cannot: that try may have deleted the lease's key, or the key may have been
+   * gone before it (lost to a rival that has let go since, or a re-taken key that proves nothing). Counted as a
+   * delete, it made a release "released" while a rival had held the lock on nodes this lease had lost; counted as no
+   * delete, it would call a lease lost that was released. Another owner's key is no delete.
    */
-  async #releaseOn(node: RedlockNode, request: NodeRelease, bound: AbortSignal): Promise<boolean> {
+  async #releaseOn(
+    node: RedlockNode,
+    request: NodeRelease,
+    bound: AbortSignal,
+  ): Promise<boolean | undefined> {
     let maybeApplied = false;
     for (let pauseMs = RELEASE_FIRST_PAUSE_MS; ; pauseMs = Math.min(2 * pauseMs, RELEASE_MAX_PAUSE_MS)) {
       try {
         const reply = await node.release(request, bound);
-        return reply === 'deleted' || (reply === 'absent' && maybeApplied);
+        if (reply === 'absent' && maybeApplied) return undefined;
+        return reply === 'deleted';
       } catch (error) {
         if (!(error instanceof NodeNotConnectedError)) maybeApplied = true;
         if (bound.aborted) throw error;
@@ -450,12 +457,18 @@ function countClaims(outcomes: readonly Outcome<NodeAcquireReply>[]): {
   return { granted, refused, pending };
 }
 
-/** Nodes that answered a release, and those of them that deleted the lease's key. */
-function countDeletes(outcomes: readonly Outcome<boolean>[]): { answered: number; deleted: number } {
+/**
+ * Nodes that told whether they deleted the lease's key, and those of them that did. A node that cannot tell (its
+ * answer is `undefined`) counts as one that did not answer.
+ */
+function countDeletes(outcomes: readonly Outcome<boolean | undefined>[]): {
+  answered: number;
+  deleted: number;
+} {
   let answered = 0;
   let deleted = 0;
   for (const o of outcomes) {
-    if (o.status !== 'ok') continue;
+    if (o.status !== 'ok' || o.value === undefined) continue;
     answered += 1;
     if (o.value) deleted += 1;
   }
