@@ -231,9 +231,10 @@ const UNSENT_ON_DROP = 'the connection to Redis dropped before the command was w
 /**
  * One abort signal per node-redis client, shared by every command this adapter sends on it without a signal of its
  * own, and aborted when the client starts reconnecting: node-redis then takes the commands it has not written out of
- * its queue and rejects them. One listener per client however many services use it; a fresh signal after each
- * abort. node-redis removes a command's abort listener when it writes it, oldest first, so a shared signal costs no
- * more per command than one of its own, and no allocation.
+ * its queue and rejects them. One 'reconnecting' listener per client however many services use it; a fresh signal
+ * after each abort. Not free: node-redis adds an abort listener (with its own small records) for each command
+ * queued with a signal and removes it when it writes the command, so an acquire+release cycle adds and removes two
+ * (counted: 204 for 100 cycles), and a burst of n commands queued at once keeps n listeners on the one signal.
  */
 class UnsentCommands {
   #controller = new AbortController();
