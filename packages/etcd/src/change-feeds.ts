@@ -1,4 +1,4 @@
-import type { EtcdReleaseWatch } from './etcd-release-watch.js';
+import { dropRejection, type EtcdReleaseWatch } from './etcd-release-watch.js';
 import { lockDirectory, prefixRangeEnd } from './keys.js';
 
 interface Feed {
@@ -33,7 +33,7 @@ export class ChangeFeeds {
       const tell = (): void => {
         for (const listener of [...listeners]) {
           try {
-            listener.onChange();
+            dropRejection((listener.onChange as () => unknown)());
           } catch {
             // one subscriber's failure must not keep the others from hearing
           }

@@ -241,10 +241,26 @@ export class EtcdReleaseWatch {
  * escape into the etcd client's stream handler, where it ends the process as an unhandled error, and cut off every
  * other watch on the stream.
  */
-function tell(call: () => void): void {
+function tell(call: () => unknown): void {
   try {
-    call();
+    dropRejection(call());
   } catch {
     // the owner's failure is its own; the other watches and the stream go on
   }
 }
+
+/**
+ * What a subscriber's callback returned: typed `() => void`, an `async` one type-checks all the same, and its rejected
+ * promise, left alone, is an unhandled rejection, on which Node ends the process. Dropped, as a throw is.
+ */
+export function dropRejection(result: unknown): void {
+  if ((typeof result !== 'object' || result === null) && typeof result !== 'function') return;
+  try {
+    const then = (result as { then?: unknown }).then;
+    if (typeof then === 'function') then.call(result, undefined, ignore);
+  } catch {
+    // A thenable whose then throws left nothing pending.
+  }
+}
+
+function ignore(): void {}
