@@ -157,8 +157,15 @@ export class RedlockReleaseWatch {
 
 function call(listener: () => void): void {
   try {
-    listener();
+    // Typed () => void, an async callback type-checks all the same: its rejected promise, left alone, is an
+    // unhandled rejection, on which Node ends the process. Dropped, as a throw is.
+    const result: unknown = listener();
+    if ((typeof result !== 'object' || result === null) && typeof result !== 'function') return;
+    const then = (result as { then?: unknown }).then;
+    if (typeof then === 'function') then.call(result, undefined, ignore);
   } catch {
     // Core wraps its callbacks and reports their errors; one throwing watcher must not starve the others.
   }
 }
+
+function ignore(): void {}

@@ -178,7 +178,7 @@ export class RedisReleaseWatch {
       const listener: MessageListener = () => {
         for (const cb of [...callbacks]) {
           try {
-            cb();
+            dropRejection((cb as () => unknown)());
           } catch {
             // One throwing watcher must neither starve the others nor escape into the client library.
           }
@@ -382,3 +382,19 @@ export class RedisReleaseWatch {
     }
   }
 }
+
+/**
+ * What a watcher's callback returned: typed `() => void`, an `async` one type-checks all the same, and its rejected
+ * promise, left alone, is an unhandled rejection, on which Node ends the process. Dropped, as a throw is.
+ */
+function dropRejection(result: unknown): void {
+  if ((typeof result !== 'object' || result === null) && typeof result !== 'function') return;
+  try {
+    const then = (result as { then?: unknown }).then;
+    if (typeof then === 'function') then.call(result, undefined, ignore);
+  } catch {
+    // A thenable whose then throws left nothing pending.
+  }
+}
+
+function ignore(): void {}
