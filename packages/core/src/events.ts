@@ -152,6 +152,27 @@ export function catchReturned(result: unknown, onError: (error: unknown) => void
 }
 
 /**
+ * Calls a subscriber's callback and drops whatever goes wrong in it, for a caller that has nobody to hand it to: a
+ * lock service's public `watch` and `watchChanges` call their subscribers themselves, from a timer, a microtask or a
+ * client library's event handler. What the callback throws, a rejection of the promise it returns (an `async`
+ * callback type-checks as `() => void`) and a throw from a returned thenable's `then` are all dropped: left alone,
+ * the first is an uncaught exception and the second an unhandled rejection, either of which ends a Node process by
+ * default, and a throw inside a client library's handler would also keep the other subscribers from hearing.
+ *
+ * @param callback - The subscriber, called once with no arguments (wrap one that takes some in an arrow function
+ *   that returns what it returns, so that its rejection is dropped too).
+ */
+export function callSubscriber(callback: () => void): void {
+  try {
+    catchReturned((callback as () => unknown)(), ignore);
+  } catch {
+    // Nobody to hand it to: the callback's caller is the service itself.
+  }
+}
+
+function ignore(): void {}
+
+/**
  * A listener for the event `K`; what it throws, or a rejection of the promise it returns, is caught and reported as
  * a `callback-error` event.
  */

@@ -1,4 +1,5 @@
-import { dropRejection, type EtcdReleaseWatch } from './etcd-release-watch.js';
+import { callSubscriber } from '@dlock/core/adapter';
+import type { EtcdReleaseWatch } from './etcd-release-watch.js';
 import { lockDirectory, prefixRangeEnd } from './keys.js';
 
 interface Feed {
@@ -31,13 +32,8 @@ export class ChangeFeeds {
     if (!feed) {
       const listeners: Feed['listeners'] = new Set();
       const tell = (): void => {
-        for (const listener of [...listeners]) {
-          try {
-            dropRejection((listener.onChange as () => unknown)());
-          } catch {
-            // one subscriber's failure must not keep the others from hearing
-          }
-        }
+        // One subscriber's failure must not keep the others from hearing, nor escape into the etcd client.
+        for (const listener of [...listeners]) callSubscriber(() => listener.onChange());
       };
       const directory = lockDirectory(this.#prefix, name);
       const cancel = this.#watch.watch(

@@ -1,3 +1,4 @@
+import { callSubscriber } from '@dlock/core/adapter';
 import type {
   DuplexStreamLike,
   WatchClientLike,
@@ -177,6 +178,9 @@ export class EtcdReleaseWatch {
     }
   }
 
+  // Listeners run through callSubscriber: a throw or rejection there is its owner's bug (`LockService.watch` is
+  // public), and let through into the etcd client's stream handler it would end the process as an unhandled error
+  // and cut off every other watch on the stream.
   #onResponse(stream: WatchStream, response: WatchResponseLike): void {
     if (stream !== this.#stream) return;
     const registration = this.#byId.get(String(response.watch_id));
@@ -189,11 +193,11 @@ export class EtcdReleaseWatch {
       this.#byId.delete(String(response.watch_id));
       registration.watchId = undefined;
       registration.nextRevision = undefined;
-      tell(() => registration.listener.onReset?.());
+      callSubscriber(() => registration.listener.onReset?.());
       if (this.#registrations.has(registration)) this.#create(stream, registration);
       return;
     }
-    if (response.created) tell(() => registration.listener.onCreated?.());
+    if (response.created) callSubscriber(() => registration.listener.onCreated?.());
     // Events before the revision asked for come only from the one revision the watch was created early (#create).
     const from = registration.nextRevision;
     const events =
@@ -209,8 +213,8 @@ export class EtcdReleaseWatch {
       if (event.type === 'Delete') deletes.push(event);
     }
     registration.nextRevision = last + 1n;
-    if (deletes.length > 0) tell(() => registration.listener.onDeletes?.(deletes));
-    tell(() => registration.listener.onEvents?.(events));
+    if (deletes.length > 0) callSubscriber(() => registration.listener.onDeletes?.(deletes));
+    callSubscriber(() => registration.listener.onEvents?.(events));
   }
 
   #broken(stream: WatchStream): void {
@@ -220,7 +224,7 @@ export class EtcdReleaseWatch {
     this.#byId.clear();
     for (const registration of [...this.#registrations]) {
       registration.watchId = undefined;
-      tell(() => registration.listener.onReset?.());
+      callSubscriber(() => registration.listener.onReset?.());
     }
     this.#scheduleReopen();
   }
@@ -235,32 +239,3 @@ export class EtcdReleaseWatch {
     });
   }
 }
-
-/**
- * Calls a watch's listener. A throw there is its owner's bug (`LockService.watch` is public): let through, it would
- * escape into the etcd client's stream handler, where it ends the process as an unhandled error, and cut off every
- * other watch on the stream.
- */
-function tell(call: () => unknown): void {
-  try {
-    dropRejection(call());
-  } catch {
-    // the owner's failure is its own; the other watches and the stream go on
-  }
-}
-
-/**
- * What a subscriber's callback returned: typed `() => void`, an `async` one type-checks all the same, and its rejected
- * promise, left alone, is an unhandled rejection, on which Node ends the process. Dropped, as a throw is.
- */
-export function dropRejection(result: unknown): void {
-  if ((typeof result !== 'object' || result === null) && typeof result !== 'function') return;
-  try {
-    const then = (result as { then?: unknown }).then;
-    if (typeof then === 'function') then.call(result, undefined, ignore);
-  } catch {
-    // A thenable whose then throws left nothing pending.
-  }
-}
-
-function ignore(): void {}

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type { Clock } from '@dlock/core';
-import { WakeSignal } from '@dlock/core/adapter';
+import { callSubscriber, WakeSignal } from '@dlock/core/adapter';
 import type { Database, Listening } from './database.js';
 
 /** Without a notice for this long, nobody waits: the listening connection goes back (or is ended). */
@@ -134,7 +134,9 @@ export class PostgresReleaseWatch {
       this.#names.set(name, set);
       this.#startObserving(name);
     }
-    const own = (): void => dropRejection((listener as () => unknown)());
+    // `watch` is public: a callback's throw or rejection (an `async` one type-checks) has nobody to go to, would end
+    // the process, and must not keep the other subscribers from hearing.
+    const own = (): void => callSubscriber(listener);
     set.add(own);
     return () => {
       const current = this.#names.get(name);
@@ -150,13 +152,7 @@ export class PostgresReleaseWatch {
   notify(name: string): void {
     const set = this.#names.get(name);
     if (!set) return;
-    for (const listener of [...set]) {
-      try {
-        listener();
-      } catch {
-        // one subscriber's failure must not keep the others from hearing it
-      }
-    }
+    for (const listener of [...set]) listener();
   }
 
   /**
@@ -469,20 +465,3 @@ function cancel(timer: AbortController | undefined): undefined {
   timer?.abort();
   return undefined;
 }
-
-/**
- * What a listener returned: `watch` is public and typed `() => void`, but an `async` callback type-checks all the
- * same, and its rejected promise, left alone, is an unhandled rejection, on which Node ends the process. Dropped, as
- * a throw is (`notify`): nobody asked this service for the callback's result.
- */
-function dropRejection(result: unknown): void {
-  if ((typeof result !== 'object' || result === null) && typeof result !== 'function') return;
-  try {
-    const then = (result as { then?: unknown }).then;
-    if (typeof then === 'function') then.call(result, undefined, ignore);
-  } catch {
-    // A thenable whose then throws left nothing pending.
-  }
-}
-
-function ignore(): void {}

@@ -80,21 +80,3 @@ export async function watchHead(session: Session, watch: Armed): Promise<string 
     return undefined;
   }
 }
-
-/**
- * Calls a subscriber: its failure is its own, and the watch goes on. Typed `() => void`, an `async` one type-checks
- * all the same, and its rejected promise, left alone, is an unhandled rejection, on which Node ends the process: it is
- * dropped, as a throw is.
- */
-export function callSubscriber(listener: () => void): void {
-  try {
-    const result: unknown = listener();
-    if ((typeof result !== 'object' || result === null) && typeof result !== 'function') return;
-    const then = (result as { then?: unknown }).then;
-    if (typeof then === 'function') then.call(result, undefined, ignore);
-  } catch {
-    // the subscriber's problem (a thenable whose then throws included: it left nothing pending)
-  }
-}
-
-function ignore(): void {}

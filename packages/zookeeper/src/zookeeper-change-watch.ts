@@ -1,4 +1,5 @@
-import { type Armed, callSubscriber, Rearm, type WatchDeps, watchHead } from './rearm.js';
+import { callSubscriber } from '@dlock/core/adapter';
+import { type Armed, Rearm, type WatchDeps, watchHead } from './rearm.js';
 import type { Session } from './zookeeper-session.js';
 
 /** One lock's watch, shared by every subscriber of this service. */

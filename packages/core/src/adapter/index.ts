@@ -1,7 +1,7 @@
 /**
  * Tools for writing a backend (`@dlock/core/adapter`), kept out of the root entry point that applications import:
  * the queue algorithm and its driver interface, call bounds, wake-ups, background clean-ups, option-key checks, the
- * allocation-free linked set and the lease arithmetic core uses.
+ * allocation-free linked set, the guarded call of a watch's subscriber and the lease arithmetic core uses.
  *
  * @module adapter
  */
@@ -12,6 +12,7 @@ export {
   type Deadline,
 } from '../bounded-call.js';
 export { textOf } from '../errors.js';
+export { callSubscriber } from '../events.js';
 export { Link, LinkedSet } from '../linked-set.js';
 export { closestKey, rejectUnknownKeys } from '../option-keys.js';
 export { validateMetadata } from '../options.js';

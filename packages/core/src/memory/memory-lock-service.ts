@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { type Clock, systemClock } from '../clock.js';
 import { InvalidArgumentError } from '../errors.js';
-import { catchReturned } from '../events.js';
+import { callSubscriber } from '../events.js';
 import { rejectUnknownKeys } from '../option-keys.js';
 import { acquireInQueue } from '../queue/acquire-in-queue.js';
 import { BackgroundRetries } from '../queue/background-retries.js';
@@ -179,31 +179,17 @@ export class MemoryLockService implements LockService {
     this.#changed(name);
     const watchers = this.#watchers.get(name);
     if (!watchers) return;
-    // Deliver after the current operation completes, as a remote service would.
-    for (const watcher of [...watchers]) queueMicrotask(() => deliver(watcher));
+    // Deliver after the current operation completes, as a remote service would. `watch` is public: a callback's
+    // throw or rejection has nobody to go to, and would end the process from the microtask.
+    for (const watcher of [...watchers]) queueMicrotask(() => callSubscriber(watcher));
   }
 
   #changed(name: string): void {
     const watchers = this.#changeWatchers.get(name);
     if (!watchers) return;
-    for (const watcher of [...watchers]) queueMicrotask(() => deliver(watcher));
+    for (const watcher of [...watchers]) queueMicrotask(() => callSubscriber(watcher));
   }
 }
-
-/**
- * `watch` is public: a callback that throws would otherwise do so inside a microtask, an uncaught exception that
- * ends the process, and an `async` one (it type-checks as `() => void`) would leave its rejected promise unhandled,
- * which ends it too. A remote service's watch drops them the same way (it cannot hand them back to anyone).
- */
-function deliver(watcher: () => void): void {
-  try {
-    catchReturned((watcher as () => unknown)(), ignore);
-  } catch {
-    // Nobody to hand it to: the callback's caller is the service itself.
-  }
-}
-
-function ignore(): void {}
 
 function subscribe(map: Map<string, Set<() => void>>, name: string, callback: () => void): () => void {
   let set = map.get(name);

@@ -1,4 +1,5 @@
 import type { Clock } from '@dlock/core';
+import { callSubscriber } from '@dlock/core/adapter';
 import type { RedisConnection, RedisSubscription } from '../clients/connection.js';
 import { redlockKeys } from '../keys.js';
 
@@ -88,18 +89,20 @@ export class RedlockReleaseWatch {
     this.#opened.clear();
   }
 
+  // Listeners run through callSubscriber: one that throws or rejects (an async one type-checks as () => void) must
+  // not starve the others nor end the process; core wraps its own callbacks and reports their errors.
   #deliver(channel: Channel): void {
     const jitterMs = this.#jitterMs();
     for (const listener of [...channel.listeners]) {
       const delay = this.#clock.random() * jitterMs;
       if (delay < 1) {
-        call(listener);
+        callSubscriber(listener);
         continue;
       }
       // Unref'd: a waiter's own sleep keeps the process alive; a watcher that left meanwhile is not called.
       this.#clock.sleep(delay, undefined, { unref: true }).then(
         () => {
-          if (channel.listeners.has(listener)) call(listener);
+          if (channel.listeners.has(listener)) callSubscriber(listener);
         },
         () => {},
       );
@@ -154,18 +157,3 @@ export class RedlockReleaseWatch {
     return opening;
   }
 }
-
-function call(listener: () => void): void {
-  try {
-    // Typed () => void, an async callback type-checks all the same: its rejected promise, left alone, is an
-    // unhandled rejection, on which Node ends the process. Dropped, as a throw is.
-    const result: unknown = listener();
-    if ((typeof result !== 'object' || result === null) && typeof result !== 'function') return;
-    const then = (result as { then?: unknown }).then;
-    if (typeof then === 'function') then.call(result, undefined, ignore);
-  } catch {
-    // Core wraps its callbacks and reports their errors; one throwing watcher must not starve the others.
-  }
-}
-
-function ignore(): void {}

@@ -1,4 +1,5 @@
 import type { Clock } from '@dlock/core';
+import { callSubscriber } from '@dlock/core/adapter';
 import type { MessageListener, RedisConnection, RedisSubscription } from '../clients/connection.js';
 import type { Deadlines } from './deadlines.js';
 import { Waiter } from './waiter.js';
@@ -176,13 +177,8 @@ export class RedisReleaseWatch {
     if (!entry) {
       const callbacks = new Set<() => void>();
       const listener: MessageListener = () => {
-        for (const cb of [...callbacks]) {
-          try {
-            dropRejection((cb as () => unknown)());
-          } catch {
-            // One throwing watcher must neither starve the others nor escape into the client library.
-          }
-        }
+        // One throwing or rejecting watcher must neither starve the others nor escape into the client library.
+        for (const cb of [...callbacks]) callSubscriber(cb);
       };
       const fresh = { callbacks, listener, mark, rewake };
       entry = fresh;
@@ -382,19 +378,3 @@ export class RedisReleaseWatch {
     }
   }
 }
-
-/**
- * What a watcher's callback returned: typed `() => void`, an `async` one type-checks all the same, and its rejected
- * promise, left alone, is an unhandled rejection, on which Node ends the process. Dropped, as a throw is.
- */
-function dropRejection(result: unknown): void {
-  if ((typeof result !== 'object' || result === null) && typeof result !== 'function') return;
-  try {
-    const then = (result as { then?: unknown }).then;
-    if (typeof then === 'function') then.call(result, undefined, ignore);
-  } catch {
-    // A thenable whose then throws left nothing pending.
-  }
-}
-
-function ignore(): void {}
