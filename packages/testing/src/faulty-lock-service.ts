@@ -178,9 +178,11 @@ export class FaultyLockService implements LockService {
     this.#counts.attempted.watch += 1;
     if (this.#watchFault === 'throw') throw new TransportError(`injected failure of ${method}`);
     this.#counts.forwarded.watch += 1;
-    // Notices cross neither a partition nor a silenced watch.
+    // Notices cross neither a partition nor a silenced watch. What the callback returned goes back to the inner
+    // service, as if it had been handed the callback itself: its guard then sees an async callback's rejection,
+    // which dropped here would be an unhandled rejection (Node's default ends the process).
     return subscribe(() => {
-      if (!this.#partition && this.#watchFault !== 'silent') onNotice();
+      if (!this.#partition && this.#watchFault !== 'silent') return onNotice();
     });
   }
 

@@ -45,6 +45,7 @@ it('the lock contract fails each lying service in the case for the promise it br
       'renew-ignores-ttl / renews for the TTL asked, or answers with the TTL it kept',
       'watch-on-subscribe-only / delivers a release notice to watchers, and none after unsubscribing',
       'watch-on-subscribe-only / hands a released lock to a waiting LockClient without waiting out the backoff',
+      'watch-on-subscribe-only / isolates a watch or watchChanges callback that throws or rejects; the others still hear',
     ]);
     expect(results.filter((r) => r.status === 'passed').length).toBeGreaterThan(40);
   } finally {

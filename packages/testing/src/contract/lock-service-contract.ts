@@ -5,6 +5,8 @@ import {
   type Grant,
   LockClient,
   type LockService,
+  MAX_METADATA_BYTES,
+  MAX_NAME_BYTES,
   systemClock,
 } from '@dlock/core';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -56,6 +58,12 @@ export interface LockServiceContractOptions {
    * suite then checks that `watchLeases` reports the grants and a LockClient loses them.
    */
   readonly endSession?: (subject: ContractSubject) => Promise<void>;
+  /**
+   * The service refuses, with `InvalidArgumentError`, the names and metadata core's `LockClient` would refuse, when it
+   * is called directly. Default true: a service is public API, and an empty name or a lone surrogate (which encoders
+   * send as U+FFFD, so two names share one key) reaches it from any caller.
+   */
+  readonly checksInput?: boolean;
 }
 
 const realSleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
@@ -306,6 +314,166 @@ export function lockServiceContract(
       await sleep(100);
       expect(notices).toBe(seen);
     });
+
+    it('isolates a watch or watchChanges callback that throws or rejects; the others still hear', {
+      timeout,
+    }, async () => {
+      const name = lockName();
+      // watch is public and typed () => void, so an async callback type-checks: what it throws, or the promise it
+      // rejects, must not end the process (Node's default for both) nor keep the notice from the other callbacks.
+      const escaped: unknown[] = [];
+      const onEscaped = (error: unknown): void => {
+        escaped.push(error);
+      };
+      process.prependListener('uncaughtException', onEscaped);
+      process.prependListener('unhandledRejection', onEscaped);
+      const calls = { throws: 0, rejects: 0, changeThrows: 0, changeRejects: 0 };
+      let heard = 0;
+      let changed = 0;
+      let otherHeard = 0;
+      const other = lockName('other');
+      const unwatch = [
+        service.watch(name, () => {
+          calls.throws += 1;
+          throw new Error('contract: watch callback throws');
+        }),
+        service.watch(name, async () => {
+          calls.rejects += 1;
+          throw new Error('contract: async watch callback rejects');
+        }),
+        service.watch(name, () => {
+          heard += 1;
+        }),
+        // Another name's watch, which may share a stream or connection with the broken callbacks' name.
+        service.watch(other, () => {
+          otherHeard += 1;
+        }),
+      ];
+      const watchChanges = service.watchChanges?.bind(service);
+      if (watchChanges) {
+        unwatch.push(
+          watchChanges(name, () => {
+            calls.changeThrows += 1;
+            throw new Error('contract: change callback throws');
+          }),
+          watchChanges(name, async () => {
+            calls.changeRejects += 1;
+            throw new Error('contract: async change callback rejects');
+          }),
+          watchChanges(name, () => {
+            changed += 1;
+          }),
+        );
+      }
+      try {
+        // A long lease: this case is about the notices, not about a lease that ran out while watches registered.
+        const grant = await grab(name, undefined, ttlMs * 4);
+        await sleep(100); // let remote watches register before the release they must see
+        const beforeRelease = heard;
+        expect(await service.release(lease(name, grant))).toBe(true);
+        const allHeard = (): boolean =>
+          heard > beforeRelease &&
+          calls.throws > 0 &&
+          calls.rejects > 0 &&
+          (!watchChanges || (changed > 0 && calls.changeThrows > 0 && calls.changeRejects > 0));
+        expect(await waitFor(allHeard, 5_000)).toBe(true);
+        const otherGrant = await grab(other, undefined, ttlMs * 4);
+        const otherBefore = otherHeard;
+        expect(await service.release(lease(other, otherGrant))).toBe(true);
+        expect(await waitFor(() => otherHeard > otherBefore, 5_000)).toBe(true);
+        // Unhandled rejections are reported after the microtask queue drains: give them a macrotask turn.
+        await new Promise((resolve) => setImmediate(resolve));
+        expect(escaped).toEqual([]);
+      } finally {
+        for (const stop of unwatch) stop();
+        process.removeListener('uncaughtException', onEscaped);
+        process.removeListener('unhandledRejection', onEscaped);
+      }
+    });
+
+    if (options.checksInput ?? true) {
+      const invalid = (field: string) => ({ code: 'INVALID_ARGUMENT', field });
+      /** What a synchronous watch call threw (undefined if it returned: the watch is then ended at once). */
+      const thrownBy = (subscribe: () => () => void): unknown => {
+        try {
+          subscribe()();
+          return undefined;
+        } catch (error) {
+          return error;
+        }
+      };
+
+      it('refuses a name core would refuse (empty, a lone surrogate, too long) with InvalidArgumentError', {
+        timeout,
+      }, async () => {
+        const names = ['', lockName('a\ud800'), lockName('x'.repeat(MAX_NAME_BYTES))];
+        for (const name of names) {
+          const ask = request(name);
+          await expect.soft(service.acquire(ask)).rejects.toMatchObject(invalid('request.name'));
+          if (service.acquirePermit) {
+            await expect
+              .soft(service.acquirePermit({ ...ask, permits: 2 }))
+              .rejects.toMatchObject(invalid('request.name'));
+          }
+          if (service.availablePermits) {
+            await expect.soft(service.availablePermits(name, 2)).rejects.toMatchObject(invalid('name'));
+          }
+          if (service.inspectPermits) {
+            await expect.soft(service.inspectPermits(name, 2)).rejects.toMatchObject(invalid('name'));
+          }
+          if (service.inspect)
+            await expect.soft(service.inspect(name)).rejects.toMatchObject(invalid('name'));
+          // Subscribing is synchronous: a bad name is refused by the call itself, not by a later notice.
+          expect.soft(thrownBy(() => service.watch(name, () => {}))).toMatchObject(invalid('name'));
+          const watchChanges = service.watchChanges?.bind(service);
+          if (watchChanges)
+            expect.soft(thrownBy(() => watchChanges(name, () => {}))).toMatchObject(invalid('name'));
+        }
+        // A lone surrogate is not read as the U+FFFD it would be sent as: the lock held under that is no answer.
+        const replaced = lockName('a\ufffd');
+        const held = await grab(replaced, 'holder');
+        try {
+          await expect
+            .soft(service.acquire(request(lockName('a\ud800'), 'other')))
+            .rejects.toMatchObject(invalid('request.name'));
+        } finally {
+          expect(await service.release(lease(replaced, held, 'holder'))).toBe(true);
+        }
+      });
+
+      it('refuses metadata core would refuse (too long, a lone surrogate, over 1 MB) with InvalidArgumentError', {
+        timeout,
+      }, async () => {
+        // Only a service that reads metadata back (inspect) is given any by core.
+        if (!service.inspect) return;
+        const values = ['é'.repeat((MAX_METADATA_BYTES >> 1) + 1), 'a\ud800', 'm'.repeat(1_100_000)];
+        const name = lockName();
+        for (const metadata of values) {
+          const ask = { ...request(name), metadata };
+          await expect.soft(service.acquire(ask)).rejects.toMatchObject(invalid('request.metadata'));
+          if (service.acquirePermit) {
+            await expect
+              .soft(service.acquirePermit({ ...ask, name: lockName('permits'), permits: 2 }))
+              .rejects.toMatchObject(invalid('request.metadata'));
+          }
+        }
+        expect((await service.inspect(name)).held).toBe(false);
+        const grant = await service.acquire({ ...request(name), metadata: 'before' });
+        if (!grant.acquired) throw new Error(`expected to acquire ${name}`);
+        try {
+          if (service.updateMetadata) {
+            for (const metadata of values) {
+              await expect
+                .soft(service.updateMetadata(lease(name, grant.grant), metadata))
+                .rejects.toMatchObject(invalid('metadata'));
+            }
+          }
+          expect((await service.inspect(name)).metadata).toBe('before');
+        } finally {
+          expect(await service.release(lease(name, grant.grant))).toBe(true);
+        }
+      });
+    }
 
     it('hands a released lock to a waiting LockClient without waiting out the backoff', {
       timeout,
