@@ -112,7 +112,8 @@ const USAGE = `usage: node src/run.mjs [backend|backend:suite ...] [--quick] [--
                  shared (one CPU), free (nothing pinned, the server at DLOCK_BENCH_REDIS_URL)
 `;
 
-const args = process.argv.slice(2);
+// pnpm 12 passes the `--` of `pnpm --filter @dlock/bench bench -- redis` on to the script: it separates nothing here.
+const args = process.argv.slice(2).filter((a) => a !== '--');
 if (args.includes('--help') || args.includes('-h')) {
   process.stdout.write(USAGE);
   process.exit(0);
