@@ -1,5 +1,5 @@
-import { createServer, type Server, Socket } from 'node:net';
 import { LockClient } from '@dlock/core';
+import { startTcpProxy } from '@dlock/test-utils';
 import { createClient } from 'redis';
 import { createClient as createClient6 } from 'redis6';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -15,62 +15,6 @@ afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup().catch(() => {});
 });
 
-/**
- * A TCP proxy to the local Redis that can stop reading from its clients (`stall`), so that their sockets fill up
- * as with a stalled server, and drop and refuse connections. test-utils' proxy always reads.
- */
-async function stallingProxy() {
-  const pairs = new Set<{ client: Socket; upstream: Socket }>();
-  let refusing = false;
-  const server: Server = createServer((client) => {
-    if (refusing) {
-      client.resetAndDestroy();
-      return;
-    }
-    const upstream = new Socket();
-    const pair = { client, upstream };
-    pairs.add(pair);
-    const close = (): void => {
-      pairs.delete(pair);
-      client.destroy();
-      upstream.destroy();
-    };
-    client.on('error', close).on('close', close);
-    upstream.on('error', close).on('close', close);
-    client.pipe(upstream);
-    upstream.pipe(client);
-    upstream.connect(6379, '127.0.0.1');
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
-  const address = server.address();
-  if (typeof address !== 'object' || address === null) throw new Error('proxy did not bind');
-  return {
-    port: address.port,
-    stall(): void {
-      for (const { client } of pairs) {
-        client.unpipe(upstream(client));
-        client.pause();
-      }
-    },
-    dropAndRefuse(): void {
-      refusing = true;
-      for (const { client, upstream } of pairs) {
-        client.resetAndDestroy();
-        upstream.resetAndDestroy();
-      }
-      pairs.clear();
-    },
-    accept(): void {
-      refusing = false;
-    },
-    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
-  };
-  function upstream(client: Socket): Socket {
-    for (const pair of pairs) if (pair.client === client) return pair.upstream;
-    throw new Error('no such connection');
-  }
-}
-
 for (const [label, make] of [
   ['node-redis 5', createClient],
   ['node-redis 6', createClient6],
@@ -82,7 +26,7 @@ for (const [label, make] of [
     // command written after that must not run.
     it('acquires still waiting to be written when the connection drops never run after the reconnect', async () => {
       const admin: Redis = await connect('redis://127.0.0.1:6379');
-      const proxy = await stallingProxy();
+      const proxy = await startTcpProxy({ targetPort: 6379 });
       const client = (make as typeof createClient)({
         url: `redis://127.0.0.1:${proxy.port}`,
         socket: { reconnectStrategy: () => 50 },
@@ -101,7 +45,8 @@ for (const [label, make] of [
       const name = `node-redis-late-acquire-${label}-${Date.now()}`;
       // The scripts are cached on the server, so that a command written later would run as it is.
       await (await locks.tryAcquire(`${name}-warm`, { ttlMs: 1_000 }))?.release();
-      proxy.stall();
+      // The proxy stops reading, as a stalled server would: node-redis's writes then pile up in its socket.
+      proxy.mode = 'stall';
       // More than the loopback socket buffers take: the rest waits in the socket, which then needs draining.
       client.sendCommand(['SET', `${name}-filler`, 'x'.repeat(64 << 20)]).catch(() => {});
       await new Promise((resolve) => setImmediate(resolve));
@@ -109,12 +54,13 @@ for (const [label, make] of [
       const names = [0, 1, 2, 3].map((i) => `${name}-${i}`);
       const attempts = names.map((each) => locks.tryAcquire(each, { ttlMs: 500 }).catch((e: unknown) => e));
       await sleep(50);
-      proxy.dropAndRefuse();
+      proxy.mode = 'refuse';
+      proxy.resetAll();
       for (const outcome of await Promise.all(attempts)) expect(outcome).toBeInstanceOf(Error);
       // Longer than TTL + wait: the owner-checked clean-up has given up by the time the server is back.
       await sleep(1_500);
       const ready = new Promise((resolve) => client.once('ready', resolve));
-      proxy.accept();
+      proxy.mode = 'pass';
       await ready;
       // Whatever node-redis kept is written before this command and answered before it.
       await client.ping();

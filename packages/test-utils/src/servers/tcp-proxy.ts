@@ -3,8 +3,10 @@ import { createServer, type Server, Socket } from 'node:net';
 /**
  * `pass` forwards both ways. `blackhole` keeps every socket open and forwards nothing (a dead network that TCP does
  * not notice: only the client's own deadlines can). `refuse` resets each new connection at once (server down).
+ * `stall` stops reading from the clients, so what they send piles up in their sockets until writes need draining
+ * (a stalled peer), while replies already on their way still reach them; leaving it reads on, in order.
  */
-export type ProxyMode = 'pass' | 'blackhole' | 'refuse';
+export type ProxyMode = 'pass' | 'blackhole' | 'refuse' | 'stall';
 
 export interface TcpProxy {
   readonly port: number;
@@ -70,8 +72,9 @@ export async function startTcpProxy(options: {
       if (mode === 'pass') send(upstream, chunk);
     });
     upstream.on('data', (chunk: Buffer) => {
-      if (mode === 'pass' && !dropping) send(client, chunk);
+      if ((mode === 'pass' || mode === 'stall') && !dropping) send(client, chunk);
     });
+    if (mode === 'stall') client.pause();
     upstream.connect(options.targetPort, host);
   });
   await new Promise<void>((resolve, reject) => {
@@ -96,6 +99,10 @@ export async function startTcpProxy(options: {
     },
     set mode(next: ProxyMode) {
       mode = next;
+      for (const { client } of pairs) {
+        if (next === 'stall') client.pause();
+        else client.resume();
+      }
     },
     resetAll,
     dropReplies: (on) => {
