@@ -16,6 +16,23 @@ export function newPool(max = 10): pg.Pool {
 }
 
 /**
+ * Resolves once a statement whose text matches `pattern` (SQL LIKE) waits for a lock on the server, looking every
+ * 10 ms for up to `maxMs`: how a test knows the call it holds up is queued on a row lock, not merely sent.
+ */
+export async function waitingOnLock(pool: pg.Pool, pattern: string, maxMs: number): Promise<void> {
+  for (let waited = 0; waited < maxMs; waited += 10) {
+    const result = await pool.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM pg_stat_activity
+        WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE $1`,
+      [pattern],
+    );
+    if ((result.rows[0]?.n ?? 0) > 0) return;
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  throw new Error(`no statement like ${pattern} waited for a lock`);
+}
+
+/**
  * A schema of its own for one test file, created with the tables, and dropped by `drop()`: files never share rows.
  */
 export async function privateSchema(

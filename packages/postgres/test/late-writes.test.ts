@@ -2,7 +2,7 @@ import type { AcquireResult, Grant, Lease } from '@dlock/core';
 import { PostgresLockService } from '@dlock/postgres';
 import type pg from 'pg';
 import { describe, expect, it } from 'vitest';
-import { newPool, usePrivateSchema } from './helpers.js';
+import { newPool, usePrivateSchema, waitingOnLock } from './helpers.js';
 
 // Writes that stalled past their caller's bound, on the real server: a renewal, a release or a metadata update
 // (locks, permits and elections alike) held up on a row lock or in the pool's queue must write nothing once it
@@ -162,20 +162,6 @@ describe('a write that stalled past its bound writes nothing once it runs', () =
   });
 });
 
-/** Resolves once a statement whose text matches `pattern` is waiting for a lock on the server. */
-async function waitingOnLock(pattern: string): Promise<void> {
-  for (let i = 0; i < 200; i++) {
-    const result = await pool.query<{ n: number }>(
-      `SELECT count(*)::int AS n FROM pg_stat_activity
-        WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE $1`,
-      [pattern],
-    );
-    if ((result.rows[0]?.n ?? 0) > 0) return;
-    await sleep(10);
-  }
-  throw new Error(`no statement like ${pattern} waited for a lock`);
-}
-
 describe("a renewal that reaches its row after its holder's window closed", () => {
   // The holder's window (core's validity window) counts from when it SENT its last renewal; a renewal the server
   // applied after a row-lock wait must not leave the lease running longer than that window, or the next renewal,
@@ -195,14 +181,14 @@ describe("a renewal that reaches its row after its holder's window closed", () =
       let lock = await rowLock(lease);
       const sent = performance.now();
       const first = service.renewMany([{ lease, ttlMs }]);
-      await waitingOnLock('%unnest(%');
+      await waitingOnLock(pool, '%unnest(%', 2_000);
       await sleep(800 - (performance.now() - sent));
       await lock.end();
       // Applied about 800 ms after it was sent: the holder's window ends at most `ttlMs` after the send.
       expect(await first).toEqual([{ renewed: true }]);
       lock = await rowLock(lease);
       const second = service.renewMany([{ lease, ttlMs: 30_000 }]);
-      await waitingOnLock('%unnest(%');
+      await waitingOnLock(pool, '%unnest(%', 2_000);
       // 400 ms past the end of the holder's window, before the end of a lease counted from the first renewal's
       // application.
       await sleep(1_400 - (performance.now() - sent));
@@ -245,7 +231,7 @@ describe("a renewal that reaches its row after its holder's window closed, after
       expect(await first).toEqual([{ renewed: true }]);
       const lock = await rowLock(lease);
       const second = service.renewMany([{ lease, ttlMs: 30_000 }]);
-      await waitingOnLock('%unnest(%');
+      await waitingOnLock(pool, '%unnest(%', 2_000);
       await sleep(1_400 - (performance.now() - sent));
       await lock.end();
       expect(await second).toEqual([{ renewed: false }]);
@@ -285,7 +271,7 @@ describe('the observer-row delete', () => {
         );
         const sent = performance.now();
         unsubscribe();
-        await waitingOnLock("%w.kind = 'o' AND w.name = $1 AND w.id = $2%");
+        await waitingOnLock(pool, "%w.kind = 'o' AND w.name = $1 AND w.id = $2%", 2_000);
         // Past the statement's bound, before pg gives its connection up (twice the bound): the delete runs now.
         await sleep(1.5 * REQUEST_TIMEOUT_MS - (performance.now() - sent));
         await client.query('COMMIT');

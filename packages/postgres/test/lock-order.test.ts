@@ -1,7 +1,7 @@
 import type { AcquireResult, Lease } from '@dlock/core';
 import { PostgresLockService } from '@dlock/postgres';
 import { describe, expect, it } from 'vitest';
-import { newPool, usePrivateSchema } from './helpers.js';
+import { newPool, usePrivateSchema, waitingOnLock } from './helpers.js';
 
 // Statements that lock several lease rows must lock them in one order, or two of them deadlock and PostgreSQL aborts
 // one after deadlock_timeout: a renewal batch holding two permits of a semaphore, and the first waiter marking every
@@ -9,21 +9,7 @@ import { newPool, usePrivateSchema } from './helpers.js';
 const pool = newPool(8);
 const tables = usePrivateSchema(pool, 'dlock_pg_order');
 
-const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 const signal = new AbortController().signal;
-
-async function waitingOnLock(pattern: string): Promise<void> {
-  for (let i = 0; i < 300; i++) {
-    const result = await pool.query<{ n: number }>(
-      `SELECT count(*)::int AS n FROM pg_stat_activity
-        WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE $1`,
-      [pattern],
-    );
-    if ((result.rows[0]?.n ?? 0) > 0) return;
-    await sleep(10);
-  }
-  throw new Error(`no statement like ${pattern} waited for a lock`);
-}
 
 function lease(name: string, result: AcquireResult): Lease {
   if (!result.acquired) throw new Error('not granted');
@@ -73,7 +59,7 @@ describe('lease rows are locked in one order', () => {
         (result) => result.acquired,
         (error: { code?: string; message?: string }) => `${error.code}: ${error.message}`,
       );
-      await waitingOnLock('%_permit"(%');
+      await waitingOnLock(pool, '%_permit"(%', 3_000);
       // The renewal batch names slot 1 first: it locks slot 1, then queues for slot 0 behind the waiter.
       const renewing = holder
         .renewMany([
@@ -84,7 +70,7 @@ describe('lease rows are locked in one order', () => {
           (results) => results.map((r) => r.renewed),
           (error: { code?: string; message?: string }) => `${error.code}: ${error.message}`,
         );
-      await waitingOnLock('%unnest(%');
+      await waitingOnLock(pool, '%unnest(%', 3_000);
       await outside.query('COMMIT');
       expect(await renewing).toEqual([true, true]);
       await holder.release(zero);
