@@ -35,6 +35,12 @@ export interface Uninstrument extends Disposable {
 
 const SCOPE = '@dlock/opentelemetry';
 
+/**
+ * How a hold ended: `unknown` when the release's answer cannot tell a release from a loss (a `not-found` from
+ * `close()`'s retry after a try that went unanswered: that try may have deleted the lock, or someone took it first).
+ */
+type HoldEnd = 'released' | 'lost' | 'unknown';
+
 /** Metrics know four outcomes: `close()` ending a wait is an abort like the caller's own signal. */
 const OUTCOMES: Record<AcquireFailure, 'timeout' | 'aborted' | 'error'> = {
   timeout: 'timeout',
@@ -72,7 +78,7 @@ export function instrument(client: InstrumentableClient, options?: InstrumentOpt
   const endHold = (
     event: { kind: LockKind; name: string; slot?: number; fencingToken: bigint },
     heldMs: number,
-    end: 'released' | 'lost',
+    end: HoldEnd,
   ): Attributes => {
     const key = holdKey(event.kind, event.name, event.slot, event.fencingToken);
     const counted = held.get(key);
@@ -188,9 +194,11 @@ export function instrument(client: InstrumentableClient, options?: InstrumentOpt
     });
   });
   listen('released', (event: LockEventMap['released']) => {
-    // A not-found after a try of close()'s release went unanswered may be that try's own delete: no loss is known.
-    const lost = event.result === 'not-found' && event.afterUnansweredTry !== true;
-    const base = endHold(event, event.heldMs, lost ? 'lost' : 'released');
+    // A not-found after a try of close()'s release went unanswered may be that try's own delete, or a loss before
+    // it: neither is known, so the hold ends `unknown` and no loss is counted.
+    const unanswered = event.result === 'not-found' && event.afterUnansweredTry === true;
+    const lost = event.result === 'not-found' && !unanswered;
+    const base = endHold(event, event.heldMs, unanswered ? 'unknown' : lost ? 'lost' : 'released');
     // The service had nothing of this grant left: the lock was taken from it before the release (release()
     // rejects with a LockLostError, reason `rejected`), and the core emits no `lost` event for it.
     if (lost) safely(() => instruments().losses.add(1, { ...base, [ATTRIBUTES.reason]: 'rejected' }));

@@ -36,7 +36,10 @@ export const ATTRIBUTES = {
   outcome: 'dlock.outcome',
   /** Why a handle was lost (`expired`, `unreachable`, `rejected`), or why a budget ran out (acquire spans). */
   reason: 'dlock.reason',
-  /** How a hold ended: `released` or `lost`. */
+  /**
+   * How a hold ended: `released`, `lost`, or `unknown` (`close()`'s retried release found nothing after a try that
+   * went unanswered: that try may have deleted the lock, or the lock was taken before it).
+   */
   holdEnd: 'dlock.hold.end',
   /** The lock's (or semaphore's) name as `nameAttribute` mapped it; absent unless that option is given. */
   name: 'dlock.name',

@@ -146,7 +146,7 @@ describe('holds', () => {
     ]);
   });
 
-  it("close()'s retried release that finds nothing after an unanswered try is released, not a loss", async () => {
+  it("close()'s retried release that finds nothing after an unanswered try ends the hold unknown, not a loss", async () => {
     const { client, clock, faulty, memory, points, histogram, spans } = setup();
     const handle = await client.acquire('a', { ttlMs: TTL });
     const { lease } = handle as unknown as { lease: Parameters<typeof memory.release>[0] };
@@ -160,9 +160,11 @@ describe('holds', () => {
     expect(closing.error).toBeUndefined();
     expect(faulty.counts.attempted.release).toBe(2);
     expect(await points(M.losses)).toEqual([]);
+    // The retry's not-found shows neither that the first try deleted the lock nor that someone took it first.
     expect((await histogram(M.holdDuration)).map((p) => p.attributes)).toEqual([
-      { ...lock, [A.holdEnd]: 'released' },
+      { ...lock, [A.holdEnd]: 'unknown' },
     ]);
+    expect(await points(M.held)).toEqual([{ attributes: lock, value: 0 }]);
     expect(spans('dlock.release').map((s) => s.attributes[A.releaseResult])).toEqual(['not-found']);
   });
 
