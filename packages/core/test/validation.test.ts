@@ -123,3 +123,26 @@ describe('the in-process services refuse misspelt options too', () => {
     expect(() => new FaultyLockService(memory, null as never)).toThrow(InvalidArgumentError);
   });
 });
+
+describe('MemoryLockService called directly checks a semaphore limit', () => {
+  // The lock contract covers names and metadata; a limit reaches only the permit calls, which no contract case
+  // gives a bad one. Unchecked, -1 threw a RangeError from new Array, and 0 made a semaphore nobody can enter.
+  it('refuses permits that are not an integer from 1 to MAX_PERMITS, before any state changes', async () => {
+    const memory = new MemoryLockService();
+    const ask = { name: 's', ownerId: 'o', ttlMs: 1_000, waitMs: 0, signal: new AbortController().signal };
+    for (const permits of [0, -1, 1.5, Number.NaN, 10_001, '2']) {
+      const invalid = (field: string) => ({ code: 'INVALID_ARGUMENT', field });
+      await expect
+        .soft(memory.acquirePermit({ ...ask, permits: permits as number }))
+        .rejects.toMatchObject(invalid('request.permits'));
+      await expect
+        .soft(memory.availablePermits('s', permits as number))
+        .rejects.toMatchObject(invalid('permits'));
+      await expect
+        .soft(memory.inspectPermits('s', permits as number))
+        .rejects.toMatchObject(invalid('permits'));
+    }
+    // Nothing was taken or remembered: a limit of 2 is the semaphore's first.
+    expect(await memory.inspectPermits('s', 2)).toEqual({ permits: 2, held: [], waiters: 0 });
+  });
+});

@@ -2,15 +2,10 @@ import { MemoryLockService } from '@dlock/core';
 import { FakeClock, FaultyLockService } from '@dlock/testing';
 import { lockServiceContract } from '@dlock/testing/contract';
 
-// MemoryLockService leaves the checks of names and metadata to LockClient (its callers are tests), so the suite's
-// input cases are not run on it.
-const checksInput = false;
-
 // The in-memory service on real time, as a remote adapter would be tested.
 // 500 ms leaves renewals (every ~170 ms) plenty of slack on a busy CI machine.
 lockServiceContract('MemoryLockService (system clock)', () => ({ service: new MemoryLockService() }), {
   ttlMs: 500,
-  checksInput,
 });
 
 // The same contract with time driven by a FakeClock: the whole suite runs without real sleeps.
@@ -23,7 +18,6 @@ lockServiceContract('MemoryLockService (system clock)', () => ({ service: new Me
       ttlMs: 200,
       sleep: (ms) => clock.advance(ms),
       clock,
-      checksInput,
     },
   );
 }
@@ -39,7 +33,6 @@ lockServiceContract('MemoryLockService (system clock)', () => ({ service: new Me
     },
     {
       ttlMs: 500,
-      checksInput,
       faults: [
         {
           name: 'partition (fail) then heal',

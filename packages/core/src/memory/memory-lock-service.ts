@@ -3,8 +3,10 @@ import { type Clock, systemClock } from '../clock.js';
 import { InvalidArgumentError } from '../errors.js';
 import { callSubscriber } from '../events.js';
 import { rejectUnknownKeys } from '../option-keys.js';
+import { validateMetadata, validateName } from '../options.js';
 import { acquireInQueue } from '../queue/acquire-in-queue.js';
 import { BackgroundRetries } from '../queue/background-retries.js';
+import { validatePermits } from '../semaphore/options.js';
 import type {
   AcquireRequest,
   AcquireResult,
@@ -39,6 +41,9 @@ export interface MemoryLockServiceOptions {
  *
  * Tokens come from one counter for all names, so they are increasing per name and never reused within the
  * lifetime of the service object.
+ *
+ * Called directly, it refuses the names, metadata and limits a `LockClient` would refuse, with `InvalidArgumentError`
+ * before any state changes, as every backend does: a test that passes against it must not fail against a real one.
  */
 export class MemoryLockService implements LockService {
   readonly #clock: Clock;
@@ -71,7 +76,9 @@ export class MemoryLockService implements LockService {
   }
 
   /** A permit of a semaphore, FIFO: core's queue algorithm over the in-process semaphore driver. */
-  acquirePermit(request: PermitRequest): Promise<AcquireResult> {
+  async acquirePermit(request: PermitRequest): Promise<AcquireResult> {
+    validateRequest(request);
+    validatePermits(request.permits, 'request.permits');
     return acquireInQueue(this.#semaphores, request, {
       clock: this.#clock,
       cleanups: this.#cleanups,
@@ -80,14 +87,19 @@ export class MemoryLockService implements LockService {
   }
 
   async availablePermits(name: string, permits: number): Promise<number> {
+    validateName(name);
+    validatePermits(permits, 'permits');
     return this.#semaphores.available(name, permits);
   }
 
   async inspectPermits(name: string, permits: number): Promise<PermitsInfo> {
+    validateName(name);
+    validatePermits(permits, 'permits');
     return this.#semaphores.inspect(name, permits);
   }
 
   async acquire(request: AcquireRequest): Promise<AcquireResult> {
+    validateRequest(request);
     const current = this.#live(request.name);
     if (current) return { acquired: false, holderExpiresInMs: current.expiresAt - this.#clock.monotonic() };
     this.#lastToken += 1n;
@@ -124,10 +136,12 @@ export class MemoryLockService implements LockService {
   }
 
   watch(name: string, onReleased: () => void): () => void {
+    validateName(name);
     return subscribe(this.#watchers, name, onReleased);
   }
 
   async inspect(name: string): Promise<LockInfo> {
+    validateName(name);
     const current = this.#live(name);
     if (!current) return { held: false };
     // No waiters: this service does not queue for locks (core's wait loop retries), so it cannot count them.
@@ -141,6 +155,7 @@ export class MemoryLockService implements LockService {
   }
 
   async updateMetadata(lease: Lease, metadata: string): Promise<boolean> {
+    validateMetadata(metadata, 'metadata');
     const current = this.#live(lease.name);
     if (current?.ownershipToken !== lease.ownershipToken) return false;
     current.metadata = metadata;
@@ -149,6 +164,7 @@ export class MemoryLockService implements LockService {
   }
 
   watchChanges(name: string, onChange: () => void): () => void {
+    validateName(name);
     return subscribe(this.#changeWatchers, name, onChange);
   }
 
@@ -204,4 +220,10 @@ function subscribe(map: Map<string, Set<() => void>>, name: string, callback: ()
     listeners?.delete(listener);
     if (listeners?.size === 0) map.delete(name);
   };
+}
+
+/** The request's name and metadata as core checks them for a `LockClient`. */
+function validateRequest(request: AcquireRequest): void {
+  validateName(request.name, 'request.name');
+  if (request.metadata !== undefined) validateMetadata(request.metadata, 'request.metadata');
 }
