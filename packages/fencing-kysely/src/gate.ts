@@ -97,7 +97,7 @@ export async function checkFence<DB>(
     throw new InvalidArgumentError('trx', 'is not a transaction; open one, or call runFenced() instead');
   }
   refuseIsolationLevel(call);
-  await checkGate(kyselyDriver<DB>(gate), trx, call);
+  await checkGate(kyselyDriver<DB>(gate, 'trx'), trx, call);
 }
 
 /**
@@ -159,5 +159,5 @@ export async function highWaterMark<DB>(
   const checked = assertResource(resource);
   assertKysely(db, 'db');
   const gate = resolveGate(db, options);
-  return readMark(db, gate.sql.highWaterMark, resourceParameter(gate.dialect, checked));
+  return readMark(db, gate.sql.highWaterMark, resourceParameter(gate.dialect, checked), 'db');
 }

@@ -1,6 +1,7 @@
 import {
   errorProperty,
   type FenceCall,
+  InvalidArgumentError,
   markFromRows,
   rolledBackError,
   type TransactionDriver,
@@ -25,7 +26,10 @@ export interface Gate {
  * The gate's steps sent through Kysely, for any dialect: the dialect says what to send and how to read the answer,
  * this says how to send it. The algorithm around the steps lives in `@dlock/fencing-common`.
  */
-export function kyselyDriver<DB>(gate: Gate): TransactionDriver<Kysely<DB>, Transaction<DB>> {
+export function kyselyDriver<DB>(
+  gate: Gate,
+  field: 'db' | 'trx' = 'db',
+): TransactionDriver<Kysely<DB>, Transaction<DB>> {
   const { dialect, sql } = gate;
   return {
     async guard(trx, call) {
@@ -35,7 +39,12 @@ export function kyselyDriver<DB>(gate: Gate): TransactionDriver<Kysely<DB>, Tran
       const token = call.token.toString();
       const resource = resourceParameter(dialect, call.resource);
       const parameters = sql.guardParameters.map((p) => (p === 'resource' ? resource : token));
-      const result = await trx.executeQuery(CompiledQuery.raw(sql.guard, parameters));
+      const result = answerOf(
+        await trx.executeQuery(CompiledQuery.raw(sql.guard, parameters)),
+        field,
+        'the guard',
+        dialect.guardColumn,
+      );
       // Only the first guard names the transaction: a callback's own checkFence after COMMIT and BEGIN must not
       // vouch for the new one.
       if (dialect.sameTransaction.kind === 'transaction-id' && !guardTransactionIds.has(trx)) {
@@ -45,7 +54,7 @@ export function kyselyDriver<DB>(gate: Gate): TransactionDriver<Kysely<DB>, Tran
       return dialect.verdict(result);
     },
     lockedMark: (trx, call) =>
-      readMark(trx, sql.lockedHighWaterMark, resourceParameter(dialect, call.resource)),
+      readMark(trx, sql.lockedHighWaterMark, resourceParameter(dialect, call.resource), field),
     classify: (error) => dialect.classify(error),
     transaction(db, call, body) {
       const builder =
@@ -61,7 +70,7 @@ export function kyselyDriver<DB>(gate: Gate): TransactionDriver<Kysely<DB>, Tran
           guardTransactionIds.delete(trx);
           try {
             const value = await body(trx);
-            await confirmSameTransaction(dialect, trx, call);
+            await confirmSameTransaction(dialect, trx, call, field);
             return value;
           } finally {
             guardTransactionIds.delete(trx);
@@ -85,19 +94,22 @@ async function confirmSameTransaction<DB>(
   dialect: FencingDialect,
   trx: Transaction<DB>,
   call: FenceCall,
+  field: string,
 ): Promise<void> {
   const check = dialect.sameTransaction;
   if (check.kind === 'transaction-id') {
     const fenced = guardTransactionIds.get(trx);
-    let current: unknown;
+    let answer: unknown;
     try {
-      current = ((await trx.executeQuery(CompiledQuery.raw(check.statement))).rows[0] as { txid?: unknown })
-        ?.txid;
+      answer = await trx.executeQuery(CompiledQuery.raw(check.statement));
     } catch (error) {
       // PostgreSQL refuses every statement in a failed transaction: the callback swallowed a failed statement.
       if (errorProperty(error, 'code') === '25P02') throw rolledBackError(call.resource, error);
       throw error;
     }
+    // A missing id is a junk answer, never taken for another transaction: that would tell the caller it ended it.
+    const current = (answerOf(answer, field, 'the transaction id', 'txid').rows[0] as { txid?: unknown })
+      ?.txid;
     if (fenced !== undefined && current !== fenced) throw transactionEndedError(call.resource, KYSELY_HOW);
     return;
   }
@@ -119,6 +131,59 @@ export function resourceParameter(dialect: FencingDialect, resource: string): un
 }
 
 /** Reads a mark as text into a bigint, whatever number type the driver would have used. */
-export async function readMark<DB>(db: Kysely<DB>, text: string, resource: unknown): Promise<bigint | null> {
-  return markFromRows((await db.executeQuery(CompiledQuery.raw(text, [resource]))).rows);
+export async function readMark<DB>(
+  db: Kysely<DB>,
+  text: string,
+  resource: unknown,
+  field: string,
+): Promise<bigint | null> {
+  const { rows } = answerOf(
+    await db.executeQuery(CompiledQuery.raw(text, [resource])),
+    field,
+    'the mark',
+    'last_token',
+  );
+  return markFromRows(rows);
+}
+
+/** A statement's answer as the gate reads it. */
+interface Answer {
+  readonly rows: readonly object[];
+  readonly numAffectedRows?: bigint;
+}
+
+/**
+ * `result` checked to be Kysely's `QueryResult`: an object with an array of row objects, each holding `column` when
+ * one is named. A handle that passed the shape check can still answer anything (a plugin's `transformResult`, a
+ * hand-made executor); read as it is, junk failed with a raw TypeError, or counted as one accepted row. It is the
+ * caller's handle that is wrong, so the error names it; inside the fenced transaction it rolls that back.
+ */
+function answerOf(result: unknown, field: string, statement: string, column?: string): Answer {
+  let rows: unknown;
+  try {
+    rows = typeof result === 'object' && result !== null ? (result as { rows?: unknown }).rows : undefined;
+  } catch {
+    // A getter that throws (or a Proxy's trap) is junk too; its error would hide which handle was wrong.
+    rows = undefined;
+  }
+  let problem: string | undefined;
+  if (!Array.isArray(rows)) {
+    problem =
+      result === null
+        ? 'null'
+        : typeof result === 'object'
+          ? 'an object without a rows array'
+          : typeof result;
+  } else if (!rows.every((row) => typeof row === 'object' && row !== null)) {
+    problem = 'rows that are not row objects';
+  } else if (column !== undefined && rows.some((row) => !(column in row))) {
+    problem = `a row without its ${column} column`;
+  }
+  if (problem !== undefined) {
+    throw new InvalidArgumentError(
+      field,
+      `answered ${statement} with ${problem}: its executeQuery() must resolve to a Kysely QueryResult ({ rows: [...] }) from the database`,
+    );
+  }
+  return result as Answer;
 }

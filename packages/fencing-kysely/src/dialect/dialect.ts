@@ -34,6 +34,8 @@ export interface FencingDialect {
   readonly name: FencingDialectName;
   /** `schema` and `table` are already validated identifiers. */
   sql(table: string, schema: string | undefined): FencingDialectSql;
+  /** The column every row the guard returns carries; absent where it returns none (MySQL counts affected rows). */
+  readonly guardColumn?: string;
   /** Interprets the guard statement's result; see `GuardVerdict`. */
   verdict(result: { readonly rows: readonly unknown[]; readonly numAffectedRows?: bigint }): GuardVerdict;
   classify(error: unknown): RetryableKind;

@@ -14,6 +14,7 @@ const dialect: FencingDialect = {
       lockedHighWaterMark: statements.highWaterMark,
     });
   },
+  guardColumn: 'txid',
   verdict: (result) => (result.rows.length === 1 ? 'accepted' : 'read-mark'),
   classify: classifyPostgresError,
   lockTimeout: postgresLockTimeout,

@@ -26,6 +26,7 @@ RETURNING 1 AS accepted`,
       lockedHighWaterMark: `SELECT CAST(last_token AS TEXT) AS last_token FROM ${name} WHERE resource = ?`,
     });
   },
+  guardColumn: 'accepted',
   verdict: (result) => (result.rows.length === 1 ? 'accepted' : 'read-mark'),
   // Another connection can write between a callback's COMMIT and its BEGIN, so SQLite needs the check too. It has
   // no transaction id; a savepoint stands in, as on MySQL. After a bare COMMIT no transaction is open and Kysely's

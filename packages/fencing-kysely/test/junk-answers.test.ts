@@ -1,0 +1,92 @@
+import type { Kysely, KyselyPlugin, QueryResult } from 'kysely';
+import { describe, expect, it } from 'vitest';
+import { checkFence, highWaterMark, InvalidArgumentError, runFenced } from '../src/index.js';
+import {
+  ALL_KINDS,
+  type protectedTable,
+  rejection,
+  type TestDb,
+  uniqueName,
+  withFencedTables,
+} from './databases.js';
+
+/**
+ * A real Kysely instance whose answers a plugin replaces: it passes every shape check, and each statement still
+ * runs on the database (the guard writes its mark), but what `executeQuery` resolves to is `junk`. Kysely's own
+ * BEGIN, COMMIT and ROLLBACK go through its driver, not through plugins, so the transaction still ends for real.
+ */
+function answering(db: Kysely<unknown>, junk: unknown): Kysely<unknown> {
+  const plugin: KyselyPlugin = {
+    transformQuery: (args) => args.node,
+    transformResult: async () => junk as QueryResult<never>,
+  };
+  return db.withPlugin(plugin);
+}
+
+/** What `executeQuery` may not answer: no result, no rows array, rows that are not rows, a row of another table. */
+const JUNK: readonly [string, unknown][] = [
+  ['undefined', undefined],
+  ['null', null],
+  ['a string', 'x'],
+  ['{}', {}],
+  ["{ rows: 'x' }", { rows: 'x' }],
+  ['{ rows: [1] }', { rows: [1] }],
+  ['a row without the expected column', { rows: [{ other: '7' }] }],
+];
+
+describe.each(ALL_KINDS)('an executeQuery that answers junk, on %s', (kind) => {
+  const table = uniqueName('fence_junk');
+  const data = uniqueName('data_junk');
+  const options = { table };
+  let t: TestDb;
+  let writes: ReturnType<typeof protectedTable>;
+  withFencedTables(kind, options, data, (opened) => {
+    ({ t, writes } = opened);
+  });
+  let counter = 0;
+  const fresh = () => `junk/${counter++}`;
+
+  it.each(JUNK)(
+    '%s: runFenced rejects with InvalidArgumentError (db) and rolls the guard back',
+    async (_, junk) => {
+      const r = fresh();
+      let ran = false;
+      const error = await rejection(
+        runFenced(
+          answering(t.db, junk),
+          r,
+          5n,
+          async (trx) => {
+            ran = true;
+            await writes.insert(trx, r, 5n);
+          },
+          options,
+        ),
+      );
+      expect(error).toBeInstanceOf(InvalidArgumentError);
+      expect(error).toMatchObject({ code: 'INVALID_ARGUMENT', field: 'db' });
+      expect((error as Error).message).toMatch(/executeQuery\(\)/);
+      expect(ran).toBe(false);
+      // The guard's upsert ran on the database; the rollback took its mark away.
+      expect(await highWaterMark(t.db, r, options)).toBeNull();
+      expect(await writes.tokens(t.db, r)).toEqual([]);
+    },
+  );
+
+  it.each(JUNK)('%s: checkFence and highWaterMark reject with InvalidArgumentError', async (_, junk) => {
+    const r = fresh();
+    await runFenced(t.db, r, 3n, async () => undefined, options);
+    const junkDb = answering(t.db, junk);
+    const inside = await rejection(
+      junkDb.transaction().execute(async (trx) => {
+        await checkFence(trx, r, 9n, options);
+      }),
+    );
+    expect(inside).toMatchObject({ code: 'INVALID_ARGUMENT', field: 'trx' });
+    expect(await highWaterMark(t.db, r, options)).toBe(3n);
+    expect(await rejection(highWaterMark(junkDb, r, options))).toMatchObject({
+      code: 'INVALID_ARGUMENT',
+      field: 'db',
+    });
+  });
+});
