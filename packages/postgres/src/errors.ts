@@ -13,9 +13,9 @@ export function unexpectedRow(what: string, row: unknown): TransportError {
 }
 
 /**
- * A renewal, release, metadata update or observer-row delete that reached its rows only after its bound wrote nothing
- * (see `lateAfter` in sql.ts): its caller may have given up on it and been told its lease was lost. Not a refusal:
- * the grant may still hold, and core retries within the lease's window.
+ * A renewal, release, metadata update or observer-row insert or delete that reached its rows only after its bound wrote
+ * nothing (see `lateAfter` in sql.ts): its caller may have given up on it and been told its lease was lost. Not a
+ * refusal: the grant may still hold, and core retries within the lease's window.
  */
 export function late(what: string): TransportError {
   return new TransportError(`PostgreSQL ${what}: ran past its bound on the server, nothing written`);

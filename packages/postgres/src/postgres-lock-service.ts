@@ -84,8 +84,15 @@ export class PostgresLockService implements LockService {
     const db = this.#db;
     const sql = this.#sql;
     const watch: PostgresReleaseWatch = new PostgresReleaseWatch(db, clock, {
-      observe: (names, ms, onSettled) =>
-        db.query('observe', sql.observe, [names, watch.channel, ms], { onSettled }),
+      observe: async (names, ms, onSettled) => {
+        const [row] = await db.query(
+          'observe',
+          sql.observe,
+          [names, watch.channel, ms, db.boundLeft(clock.monotonic())],
+          { onSettled },
+        );
+        if (row?.['late'] === 'true') throw late('observe');
+      },
       unobserve: async (name, timeoutMs, onSettled) => {
         const [row] = await db.query(
           'unobserve',

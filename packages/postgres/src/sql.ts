@@ -606,10 +606,23 @@ SELECT info.stored, info.waiters, h.slot::text AS slot, h.owner_id, h.token::tex
   FROM info CROSS JOIN now LEFT JOIN held h ON true
  ORDER BY h.slot`,
 
-    // A service starts or refreshes observing lock names ($1 names, $2 its channel, $3 the rows' lease in ms).
-    observe: `INSERT INTO ${W} AS w (kind, name, id, channel, expires_at)
-SELECT 'o', n.name, $2, $2, clock_timestamp() + ${ms('$3')} FROM unnest($1::text[]) AS n(name)
-ON CONFLICT (kind, name, id) DO UPDATE SET expires_at = excluded.expires_at`,
+    // A service starts or refreshes observing lock names ($1 names, $2 its channel, $3 the rows' lease in ms), within
+    // the statement's bound ($4, see `lateAfter`), as the delete: an insert or refresh that got its rows only after its
+    // caller gave up on it (close() may have settled, its delete found nothing yet) writes nothing. The rows already
+    // there are locked first, in key order; one that appears meanwhile is refreshed only within the bound (the
+    // conflict's WHERE is evaluated once its row is locked).
+    observe: `WITH locked AS (
+    SELECT 1 FROM ${W} w WHERE w.kind = 'o' AND w.name = ANY($1::text[]) AND w.id = $2
+     ORDER BY w.name
+       FOR UPDATE),
+  ${lateAfter('locked', '$4')},
+  written AS (
+    INSERT INTO ${W} AS w (kind, name, id, channel, expires_at)
+    SELECT 'o', n.name, $2, $2, clock_timestamp() + ${ms('$3')} FROM unnest($1::text[]) AS n(name)
+     WHERE NOT (SELECT late FROM late)
+    ON CONFLICT (kind, name, id) DO UPDATE SET expires_at = excluded.expires_at WHERE ${inTime('$4')}
+    RETURNING 1)
+SELECT (SELECT count(*) FROM written)::text AS written, (SELECT late FROM late)::text AS late`,
 
     // ... and stops ($1 name, $2 its channel), within the statement's bound ($3, see `lateAfter`): a delete that got
     // the row only after its caller gave up on it deletes nothing, as every other write of the service.

@@ -286,3 +286,54 @@ describe('the observer-row delete', () => {
     expect(await observers()).toBe(0);
   });
 });
+
+describe('the observer-row insert', () => {
+  it('held up on a row lock past its bound writes nothing', async () => {
+    const service = new PostgresLockService({
+      pool,
+      schema: tables.name,
+      requestTimeoutMs: REQUEST_TIMEOUT_MS,
+    });
+    const name = 'observer-late-insert';
+    const msLeft = async (): Promise<number | undefined> => {
+      const result = await pool.query<{ ms: number }>(
+        `SELECT (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::int AS ms
+           FROM "${tables.name}".dlock_waiters WHERE kind = 'o' AND name = $1 AND id = $2`,
+        [name, service.channel],
+      );
+      return result.rows[0]?.ms;
+    };
+    // This service's row of the name is already there (as for a refresh), with 10 s left, and an outside transaction
+    // holds it locked: the subscription's insert meets it and waits.
+    await pool.query(
+      `INSERT INTO "${tables.name}".dlock_waiters (kind, name, id, channel, expires_at)
+       VALUES ('o', $1, $2, $2, clock_timestamp() + interval '10 seconds')`,
+      [name, service.channel],
+    );
+    let unsubscribe = (): void => {};
+    try {
+      const client = await pool.connect();
+      try {
+        await client.query('BEGIN');
+        await client.query(
+          `SELECT 1 FROM "${tables.name}".dlock_waiters WHERE kind = 'o' AND name = $1 FOR UPDATE`,
+          [name],
+        );
+        const sent = performance.now();
+        unsubscribe = service.watchChanges(name, () => {});
+        await waitingOnLock(pool, '%FROM unnest($1::text[]) AS n(name)%', 2_000);
+        // Past the statement's bound, before pg gives its connection up (twice the bound): the insert runs now.
+        await sleep(1.5 * REQUEST_TIMEOUT_MS - (performance.now() - sent));
+        await client.query('COMMIT');
+      } finally {
+        client.release();
+      }
+      await sleep(200);
+      // Written after its caller gave up, the row would have a whole observer lease (60 s) left.
+      expect(await msLeft()).toBeLessThan(10_000);
+    } finally {
+      unsubscribe();
+      await service.close();
+    }
+  });
+});
