@@ -24,9 +24,9 @@ import {
 } from '@opentelemetry/api';
 import { attributesFor } from './attributes.js';
 import { eventsOf, type InstrumentableClient } from './client-like.js';
-import { createInstruments, type Instruments } from './instruments.js';
+import { brokenInstrument, createInstruments, type Instruments } from './instruments.js';
 import { ATTRIBUTES, SPANS } from './names.js';
-import { type InstrumentOptions, resolveOptions } from './options.js';
+import { type InstrumentOptions, isTime, resolveOptions } from './options.js';
 
 /** Stops the instrumentation: a function, also usable with `using`. */
 export interface Uninstrument extends Disposable {
@@ -166,7 +166,7 @@ export function instrument(client: InstrumentableClient, options?: InstrumentOpt
     };
     if (event.reentered) spanAttributes[ATTRIBUTES.reentered] = true;
     safely(() => {
-      const end = now();
+      const end = spanEnd(now);
       pastSpan(tracer, SPANS.acquire, end, event.waitedMs, spanAttributes).end(end);
     });
   });
@@ -184,7 +184,7 @@ export function instrument(client: InstrumentableClient, options?: InstrumentOpt
     };
     if (event.reason !== undefined) spanAttributes[ATTRIBUTES.reason] = event.reason;
     safely(() => {
-      const end = now();
+      const end = spanEnd(now);
       const span = pastSpan(tracer, SPANS.acquire, end, event.waitedMs, spanAttributes);
       try {
         if (outcome === 'error') failed(span, event.error, redactor(event.name, base));
@@ -203,7 +203,7 @@ export function instrument(client: InstrumentableClient, options?: InstrumentOpt
     // rejects with a LockLostError, reason `rejected`), and the core emits no `lost` event for it.
     if (lost) safely(() => instruments().losses.add(1, { ...base, [ATTRIBUTES.reason]: 'rejected' }));
     safely(() => {
-      const end = now();
+      const end = spanEnd(now);
       const span = pastSpan(tracer, SPANS.release, end, event.releaseMs, {
         ...base,
         [ATTRIBUTES.fencingToken]: event.fencingToken.toString(),
@@ -264,6 +264,13 @@ function meterInstruments(provider: MeterProvider | undefined): () => Instrument
         `getMeter() must return a Meter (creating the instruments failed: ${textOf(error).slice(0, 200)})`,
       );
     }
+    const broken = brokenInstrument(fixed);
+    if (broken !== undefined) {
+      throw new InvalidArgumentError(
+        'options.meterProvider',
+        `getMeter() must return a Meter whose instruments record (${broken} is missing)`,
+      );
+    }
     return () => fixed;
   }
   let registered: Instruments | undefined;
@@ -273,8 +280,16 @@ function meterInstruments(provider: MeterProvider | undefined): () => Instrument
     const global = metrics.getMeterProvider();
     if (noop?.provider === global) return noop.instruments;
     const meter = global.getMeter(SCOPE);
-    const instruments = createInstruments(meter);
-    if (meter instanceof NoopMeter) noop = { provider: global, instruments };
+    let instruments = createInstruments(meter);
+    const broken = brokenInstrument(instruments);
+    if (broken !== undefined) {
+      // Registered after instrument() looked, so only diag can be told: once per provider, not at every event.
+      diag.error(
+        `@dlock/opentelemetry: the global MeterProvider's ${broken} is missing; no metric is recorded`,
+      );
+      instruments = createInstruments(createNoopMeter());
+      noop = { provider: global, instruments };
+    } else if (meter instanceof NoopMeter) noop = { provider: global, instruments };
     else registered = instruments;
     return instruments;
   };
@@ -300,9 +315,25 @@ function tracerOf(provider: TracerProvider): Tracer {
 /** The class of the API's no-op meter: what the global provider hands out while no SDK is registered. */
 const NoopMeter = createNoopMeter().constructor;
 
-/** The events' milliseconds as the histograms' seconds. */
+/**
+ * The events' milliseconds as the histograms' seconds. A stream other than core's may hand NaN or a string:
+ * throwing here (inside `safely`) skips that point rather than record NaN, which would poison the histogram's sum.
+ */
 function seconds(ms: number): number {
+  if (!isTime(ms)) throw new TypeError(`a duration of ${junkText(ms)} ms is not recorded`);
   return ms / 1_000;
+}
+
+/** What a junk time or duration was, for diag: its value when a number, else its type. */
+function junkText(value: unknown): string {
+  return typeof value === 'number' ? String(value) : typeof value;
+}
+
+/** The clock's time for a span's end; a clock turned to junk since `instrument()` costs the span, never NaN. */
+function spanEnd(now: () => number): number {
+  const end: unknown = now();
+  if (!isTime(end)) throw new TypeError(`clock.now() answered ${junkText(end)}: span not recorded`);
+  return end;
 }
 
 /** One grant: a fencing token is unique per lock name, and per slot for a permit. */
@@ -322,6 +353,7 @@ function pastSpan(
   durationMs: number,
   attributes: Attributes,
 ): Span {
+  if (!isTime(durationMs)) throw new TypeError(`a duration of ${junkText(durationMs)} ms: span not recorded`);
   return tracer.startSpan(
     name,
     { kind: SpanKind.INTERNAL, startTime: endTime - durationMs, attributes },

@@ -52,3 +52,24 @@ export function createInstruments(meter: Meter): Instruments {
     }),
   };
 }
+
+/**
+ * The first instrument that cannot record (`record()` on a histogram, `add()` on a counter), as `name.method()`;
+ * `undefined` when all can. A meter that hands out such instruments fails every record with a TypeError.
+ */
+export function brokenInstrument(instruments: Instruments): string | undefined {
+  const needs: [keyof Instruments, string, 'record' | 'add'][] = [
+    ['acquireWait', METRICS.acquireWait, 'record'],
+    ['holdDuration', METRICS.holdDuration, 'record'],
+    ['held', METRICS.held, 'add'],
+    ['losses', METRICS.losses, 'add'],
+    ['renewals', METRICS.renewals, 'add'],
+    ['renewalFailures', METRICS.renewalFailures, 'add'],
+  ];
+  for (const [key, name, method] of needs) {
+    const instrument: unknown = instruments[key];
+    if (typeof instrument !== 'object' || instrument === null) return `${name} (${typeof instrument})`;
+    if (typeof (instrument as Record<string, unknown>)[method] !== 'function') return `${name}.${method}()`;
+  }
+  return undefined;
+}

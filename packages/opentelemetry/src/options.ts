@@ -1,5 +1,5 @@
 import { InvalidArgumentError, systemClock } from '@dlock/core';
-import { rejectUnknownKeys } from '@dlock/core/adapter';
+import { rejectUnknownKeys, textOf } from '@dlock/core/adapter';
 import type { MeterProvider, TracerProvider } from '@opentelemetry/api';
 import { trace } from '@opentelemetry/api';
 
@@ -69,10 +69,37 @@ export function resolveOptions(options: InstrumentOptions | undefined): Resolved
   if (clock !== undefined && !hasMethod(clock, 'now')) {
     throw new InvalidArgumentError('options.clock', 'must have now() (epoch ms)');
   }
+  if (clock !== undefined) checkClock(clock);
   return {
     meterProvider,
     tracerProvider: tracerProvider ?? trace.getTracerProvider(),
     nameAttribute,
     now: clock === undefined ? () => systemClock.now() : () => clock.now(),
   };
+}
+
+/**
+ * A clock asked once, now: one whose `now()` throws or answers anything but a finite number would put NaN into
+ * every span's times, found out only in a trace viewer. One that turns to junk later costs its spans (see
+ * `instrument`).
+ */
+function checkClock(clock: { now(): unknown }): void {
+  let now: unknown;
+  try {
+    now = clock.now();
+  } catch (error) {
+    throw new InvalidArgumentError('options.clock', `now() threw: ${textOf(error).slice(0, 200)}`);
+  }
+  if (!isTime(now)) {
+    const got = typeof now === 'number' ? String(now) : typeof now;
+    throw new InvalidArgumentError(
+      'options.clock',
+      `now() must return epoch ms, a finite number (got ${got})`,
+    );
+  }
+}
+
+/** A time or a duration in ms the telemetry can carry: a finite number. */
+export function isTime(value: unknown): value is number {
+  return typeof value === 'number' && Number.isFinite(value);
 }

@@ -1,0 +1,161 @@
+import { InvalidArgumentError } from '@dlock/core';
+import { FakeClock } from '@dlock/testing';
+import { diag, type Meter, type MeterProvider, metrics } from '@opentelemetry/api';
+import { describe, expect, it, vi } from 'vitest';
+import { instrument, METRICS as M } from '../src/index.js';
+import { setup } from './otel.js';
+
+const TTL = 3_000;
+const EVENTS = ['acquired', 'acquire-failed', 'renewed', 'renew-failed', 'lost', 'released'] as const;
+
+/** What `instrument(client, options)` threw, if anything. */
+function thrownBy(run: () => unknown): unknown {
+  try {
+    run();
+  } catch (error) {
+    return error;
+  }
+  return undefined;
+}
+
+describe('a clock that answers junk', () => {
+  it('instrument() refuses a clock whose now() is not epoch ms, leaving nothing listening', () => {
+    const { client, uninstrument, meterProvider, tracerProvider } = setup();
+    uninstrument();
+    const answers: [string, () => unknown][] = [
+      ['NaN', () => Number.NaN],
+      ['a string', () => '1700000000000'],
+      ['undefined', () => undefined],
+      ['Infinity', () => Number.POSITIVE_INFINITY],
+      ['a bigint', () => 1_700_000_000_000n],
+      [
+        'a throw',
+        () => {
+          throw new Error('clock broke');
+        },
+      ],
+    ];
+    for (const [label, now] of answers) {
+      const error = thrownBy(() =>
+        instrument(client, { meterProvider, tracerProvider, clock: { now } as never }),
+      );
+      expect(error, label).toBeInstanceOf(InvalidArgumentError);
+      expect(error, label).toMatchObject({ field: 'options.clock' });
+      for (const type of EVENTS) expect(client.events.listens(type), `${label} ${type}`).toBe(false);
+    }
+  });
+
+  it('a clock that turns to junk later: no span gets a NaN time, metrics go on, nothing throws', async () => {
+    const harness = setup();
+    harness.uninstrument();
+    const { client, clock, points, spans, meterProvider, tracerProvider } = harness;
+    const callbackErrors: string[] = [];
+    client.events.on('callback-error', (e) => callbackErrors.push(e.source));
+    let junk: unknown = Number.NaN;
+    let calls = 0;
+    // Sound when instrument() looks, junk at every event after.
+    const turning = { now: () => (calls++ === 0 ? clock.now() : junk) as number };
+    const errors = vi.spyOn(diag, 'error').mockImplementation(() => undefined);
+    try {
+      instrument(client, { meterProvider, tracerProvider, clock: turning });
+      for (const answer of [Number.NaN, 'soon', undefined]) {
+        junk = answer;
+        const handle = await client.acquire('a', { ttlMs: TTL });
+        await handle.release();
+      }
+      // Before, each got a span timed NaN; a span without its times is not worth recording.
+      expect(spans()).toEqual([]);
+      expect(errors).toHaveBeenCalled();
+      expect(callbackErrors).toEqual([]);
+      const [hold] = await points<{ count: number; sum: number }>(M.holdDuration);
+      expect(hold?.value.count).toBe(3);
+    } finally {
+      errors.mockRestore();
+    }
+  });
+});
+
+describe('a meter whose instruments cannot record', () => {
+  const meterWith = (histogram: unknown, counter: unknown): MeterProvider => ({
+    getMeter: () =>
+      ({
+        createHistogram: () => histogram,
+        createCounter: () => counter,
+        createUpDownCounter: () => counter,
+      }) as unknown as Meter,
+  });
+
+  it('instrument() refuses it as options.meterProvider, leaving nothing listening', () => {
+    const { client, uninstrument, tracerProvider } = setup();
+    uninstrument();
+    const record = () => undefined;
+    const add = () => undefined;
+    const meters: [string, MeterProvider][] = [
+      ['histograms without record', meterWith({}, { add })],
+      ['counters without add', meterWith({ record }, {})],
+      ['record not a function', meterWith({ record: 1 }, { add })],
+      ['instruments undefined', meterWith(undefined, undefined)],
+    ];
+    for (const [label, meterProvider] of meters) {
+      const error = thrownBy(() => instrument(client, { meterProvider, tracerProvider }));
+      expect(error, label).toBeInstanceOf(InvalidArgumentError);
+      expect(error, label).toMatchObject({ field: 'options.meterProvider' });
+      for (const type of EVENTS) expect(client.events.listens(type), `${label} ${type}`).toBe(false);
+    }
+  });
+
+  it('as the global provider (unknown at instrument()): one diag error saying so, nothing thrown', async () => {
+    const harness = setup();
+    harness.uninstrument();
+    const { client, tracerProvider } = harness;
+    const callbackErrors: string[] = [];
+    client.events.on('callback-error', (e) => callbackErrors.push(e.source));
+    const errors = vi.spyOn(diag, 'error').mockImplementation(() => undefined);
+    metrics.setGlobalMeterProvider(meterWith({}, {}));
+    try {
+      instrument(client, { tracerProvider });
+      for (let i = 0; i < 3; i++) await (await client.acquire('a', { ttlMs: TTL })).release();
+      expect(errors.mock.calls.map((args) => String(args[0]))).toEqual([
+        expect.stringMatching(/global MeterProvider.*dlock\.acquire\.wait.*record\(\)/),
+      ]);
+      expect(callbackErrors).toEqual([]);
+    } finally {
+      metrics.disable();
+      errors.mockRestore();
+    }
+  });
+});
+
+describe('durations that are not numbers', () => {
+  it('an event from a stream other than core whose durations are NaN records no NaN', async () => {
+    const listeners = new Map<string, (event: unknown) => void>();
+    const stream = {
+      events: {
+        on: (type: string, listener: (event: unknown) => void) => {
+          listeners.set(type, listener);
+          return () => listeners.delete(type);
+        },
+      },
+    };
+    const harness = setup();
+    harness.uninstrument();
+    const { points, spans, meterProvider, tracerProvider } = harness;
+    const clock = new FakeClock({ seed: 1 });
+    const errors = vi.spyOn(diag, 'error').mockImplementation(() => undefined);
+    try {
+      instrument(stream as never, { meterProvider, tracerProvider, clock });
+      const grant = { kind: 'lock', name: 'a', fencingToken: 1n, attempts: 1, ttlMs: TTL, reentered: false };
+      listeners.get('acquired')?.({ ...grant, waitedMs: Number.NaN });
+      listeners.get('released')?.({ ...grant, heldMs: 'long', releaseMs: Number.NaN, result: 'deleted' });
+      // Before, both histograms summed NaN and the spans started at NaN.
+      expect(await points(M.acquireWait)).toEqual([]);
+      expect(await points(M.holdDuration)).toEqual([]);
+      expect(spans()).toEqual([]);
+      // The hold was still counted and taken off again: only the points that had no number were dropped.
+      expect(await points(M.held)).toEqual([{ attributes: { 'dlock.kind': 'lock' }, value: 0 }]);
+      expect(errors).toHaveBeenCalled();
+    } finally {
+      errors.mockRestore();
+    }
+  });
+});
