@@ -2,6 +2,7 @@ import { type Leader, type Leadership, LockClient, MemoryLockService } from '@dl
 import { FakeClock, type FakeProcessClock, FaultyLockService, FencedStore } from '@dlock/testing';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { propertyRuns, propertySeed } from './property-env.js';
 
 /**
  * Elections under pauses, partitions and resigns: 2–4 candidates, each its own simulated process (own clock view,
@@ -13,13 +14,13 @@ import { describe, expect, it } from 'vitest';
 const TTL = 300;
 const STEP = 10;
 const NAME = 'scheduler';
-const RUNS = Number(process.env['DLOCK_PROPERTY_RUNS'] ?? 150);
+const RUNS = propertyRuns(150);
 /**
  * Fixed, so the suite is deterministic: with a random seed, some sets of 150 schedules refuse no stale write (losses
  * are rare and not every one leads to a stale write), and the coverage check below failed now and then. Set
  * DLOCK_PROPERTY_SEED to explore other schedules.
  */
-const SEED = Number(process.env['DLOCK_PROPERTY_SEED'] ?? 20_261_202);
+const SEED = propertySeed(20_261_202);
 
 type Fault =
   | { kind: 'pause'; who: number; at: number; forMs: number }

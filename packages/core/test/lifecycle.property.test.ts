@@ -2,6 +2,7 @@ import { LockClient, type LockHandle, MemoryLockService } from '@dlock/core';
 import { FakeClock, type FakeProcessClock, FaultyLockService, FencedStore } from '@dlock/testing';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { propertyRuns, propertySeed } from './property-env.js';
 
 /**
  * Jepsen in miniature: 2–8 workers, each its own "process" (own clock view, own client, own link to the shared
@@ -13,13 +14,13 @@ const TTL = 300;
 const OP_TIMEOUT = 200;
 const STEP = 10;
 const NAME = 'account';
-const RUNS = Number(process.env['DLOCK_PROPERTY_RUNS'] ?? 500);
+const RUNS = propertyRuns(500);
 /**
  * Fixed, so the suite is deterministic: with a random seed each run tried other schedules, and the coverage checks
  * below (losses, refused stale writes) could fail on a set that happened to produce none. Set DLOCK_PROPERTY_SEED to
  * explore other schedules.
  */
-const SEED = Number(process.env['DLOCK_PROPERTY_SEED'] ?? 20_261_202);
+const SEED = propertySeed(20_261_202);
 
 type Fault =
   | { kind: 'pause'; worker: number; at: number; forMs: number }

@@ -2,6 +2,7 @@ import { LockClient, MemoryLockService, type Permit } from '@dlock/core';
 import { FakeClock, type FakeProcessClock, FaultyLockService, FencedStore } from '@dlock/testing';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { propertyRuns, propertySeed } from './property-env.js';
 
 /**
  * Semaphores under pauses and partitions: 2–6 workers, each its own simulated process (own clock view, own client, own
@@ -13,13 +14,13 @@ import { describe, expect, it } from 'vitest';
 const TTL = 300;
 const STEP = 10;
 const NAME = 'pool';
-const RUNS = Number(process.env['DLOCK_PROPERTY_RUNS'] ?? 120);
+const RUNS = propertyRuns(120);
 /**
  * Fixed, so the suite is deterministic: with a random seed each run tried other schedules, and the coverage checks
  * below (losses, refused stale writes) could fail on a set that happened to produce none. Set DLOCK_PROPERTY_SEED to
  * explore other schedules.
  */
-const SEED = Number(process.env['DLOCK_PROPERTY_SEED'] ?? 20_261_202);
+const SEED = propertySeed(20_261_202);
 
 type Fault =
   | { kind: 'pause'; who: number; at: number; forMs: number }

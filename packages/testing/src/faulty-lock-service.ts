@@ -6,6 +6,7 @@ import {
   type Lease,
   type LockInfo,
   type LockService,
+  MAX_TIMER_MS,
   type PermitRequest,
   type PermitsInfo,
   type RenewRequest,
@@ -13,7 +14,7 @@ import {
   systemClock,
   TransportError,
 } from '@dlock/core';
-import { rejectUnknownKeys } from '@dlock/core/adapter';
+import { rejectUnknownKeys, textOf } from '@dlock/core/adapter';
 
 /** How a partition cuts calls off; see {@link FaultyLockService.partition}. */
 export type PartitionMode =
@@ -47,6 +48,9 @@ export interface CallCounts {
  * Wraps any {@link LockService} — the in-memory one or a real adapter — with switchable faults:
  * partitions (failing or hanging), added latency, dropped renewals, "fail the next N calls" and failing watches.
  * Renewal batches (`renewMany`) are faulted as one call, as a pipeline would be.
+ *
+ * A fault it cannot inject (a misspelt mode, a negative or non-finite number) throws `InvalidArgumentError` and leaves
+ * the faults as they were: accepted, it injected no fault at all, and the test meant to face the fault passed without it.
  */
 export class FaultyLockService implements LockService {
   readonly #inner: LockService;
@@ -78,6 +82,9 @@ export class FaultyLockService implements LockService {
       throw new InvalidArgumentError('options', 'must be an object');
     }
     rejectUnknownKeys(options, 'options', ['clock']);
+    if (!isLockService(inner)) {
+      throw new InvalidArgumentError('inner', 'must be a LockService (acquire, renew, release and watch)');
+    }
     this.#inner = inner;
     this.#clock = options.clock ?? systemClock;
     const innerMany = inner.renewMany?.bind(inner);
@@ -115,6 +122,9 @@ export class FaultyLockService implements LockService {
 
   /** Cuts the service off: every call fails (`'fail'`) or hangs (`'hang'`) until {@link heal}. */
   partition(mode: PartitionMode = 'fail'): void {
+    if (mode !== 'fail' && mode !== 'hang') {
+      throw new InvalidArgumentError('mode', `must be 'fail' or 'hang', got ${shown(mode)}`);
+    }
     this.#partition = mode;
   }
 
@@ -125,18 +135,25 @@ export class FaultyLockService implements LockService {
     this.#hung.clear();
   }
 
-  /** Adds `ms` of latency (on the injected clock) before every call is forwarded. */
+  /** Adds `ms` of latency (on the injected clock) before every call is forwarded; `0` removes it. */
   latency(ms: number): void {
+    if (typeof ms !== 'number' || !(ms >= 0 && ms <= MAX_TIMER_MS)) {
+      throw new InvalidArgumentError('ms', `must be a number from 0 to ${MAX_TIMER_MS}, got ${shown(ms)}`);
+    }
     this.#latencyMs = ms;
   }
 
   /** Renewals are swallowed, never reach the service and never answer, while `on`. */
   dropRenewals(on = true): void {
+    if (typeof on !== 'boolean') throw new InvalidArgumentError('on', `must be a boolean, got ${shown(on)}`);
     this.#dropRenewals = on;
   }
 
-  /** The next `n` calls fail with a `TransportError`. */
+  /** The next `n` calls fail with a `TransportError`; `0` cancels the ones still to come. */
   failNext(n: number): void {
+    if (!Number.isSafeInteger(n) || n < 0) {
+      throw new InvalidArgumentError('n', `must be a whole number from 0, got ${shown(n)}`);
+    }
     this.#failNext = n;
   }
 
@@ -145,6 +162,9 @@ export class FaultyLockService implements LockService {
    * `TransportError`, `'silent'` keeps every subscription, old and new, from delivering notices. `false` restores.
    */
   failWatches(mode: WatchFault | false = 'throw'): void {
+    if (mode !== 'throw' && mode !== 'silent' && mode !== false) {
+      throw new InvalidArgumentError('mode', `must be 'throw', 'silent' or false, got ${shown(mode)}`);
+    }
     this.#watchFault = mode === false ? undefined : mode;
   }
 
@@ -204,4 +224,15 @@ export class FaultyLockService implements LockService {
       this.#hung.add(reject);
     });
   }
+}
+
+/** How a refused value reads in its error message: strings quoted, so a typo stands out. */
+function shown(value: unknown): string {
+  return typeof value === 'string' ? JSON.stringify(value) : textOf(value);
+}
+
+function isLockService(value: unknown): value is LockService {
+  if (typeof value !== 'object' || value === null) return false;
+  const service = value as Readonly<Record<string, unknown>>;
+  return ['acquire', 'renew', 'release', 'watch'].every((method) => typeof service[method] === 'function');
 }

@@ -170,6 +170,54 @@ describe('FaultyLockService', () => {
     expect(notices).toContain('new watch');
     expect(notices).toContain('new changes');
   });
+
+  it('refuses a fault it cannot inject (a typo, a negative or non-finite number) and keeps the faults it had', async () => {
+    const { faulty, clock } = setup();
+    faulty.latency(100);
+    faulty.failWatches('silent');
+    const invalid = (field: string) => expect.objectContaining({ code: 'INVALID_ARGUMENT', field });
+    const calls: [string, () => void][] = [
+      ['mode', () => faulty.partition('fial' as never)],
+      ['mode', () => faulty.partition(null as never)],
+      ['mode', () => faulty.failWatches('thorw' as never)],
+      ['mode', () => faulty.failWatches(true as never)],
+      ['ms', () => faulty.latency(-5)],
+      ['ms', () => faulty.latency(Number.NaN)],
+      ['ms', () => faulty.latency(Number.POSITIVE_INFINITY)],
+      ['ms', () => faulty.latency(2 ** 31)],
+      ['ms', () => faulty.latency('100' as never)],
+      ['n', () => faulty.failNext(-1)],
+      ['n', () => faulty.failNext(1.5)],
+      ['n', () => faulty.failNext(Number.NaN)],
+      ['n', () => faulty.failNext('3' as never)],
+      ['on', () => faulty.dropRenewals('yes' as never)],
+      ['on', () => faulty.dropRenewals(0 as never)],
+    ];
+    for (const [field, call] of calls) expect.soft(call, `${call}`).toThrow(invalid(field));
+    // None of them changed a fault: calls still take 100 ms, reach the service, and watches stay silent.
+    let done = false;
+    void faulty.acquire(request('a')).then(() => {
+      done = true;
+    });
+    await clock.advance(99);
+    expect(done).toBe(false);
+    await clock.advance(1);
+    expect(done).toBe(true);
+    const notices: string[] = [];
+    const stop = faulty.watch('a', () => notices.push('released'));
+    await clock.advance(2_000);
+    await Promise.resolve();
+    expect(notices).toEqual([]);
+    stop();
+  });
+
+  it('refuses to wrap something that is not a LockService', () => {
+    for (const inner of [undefined, null, {}, { acquire: 1 }]) {
+      expect(() => new FaultyLockService(inner as never)).toThrow(
+        expect.objectContaining({ code: 'INVALID_ARGUMENT', field: 'inner' }),
+      );
+    }
+  });
 });
 
 describe('FencedStore', () => {
