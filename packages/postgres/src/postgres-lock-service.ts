@@ -334,7 +334,7 @@ export class PostgresLockService implements LockService {
 /** The request's text fields, each stored in a `text` column (see `assertStorableText`). */
 function assertStorable(request: AcquireRequest): void {
   storableName(request.name, 'request.name');
-  assertStorableText(request.ownerId, 'request.ownerId');
+  storableOwnerId(request.ownerId, 'request.ownerId');
   if (request.metadata !== undefined) storableMetadata(request.metadata, 'request.metadata');
 }
 
@@ -345,6 +345,16 @@ function assertStorable(request: AcquireRequest): void {
  */
 function storableName(name: string, field: string): void {
   assertStorableText(validateName(name, field), field);
+}
+
+/**
+ * An owner id as core checks a name: non-empty, well-formed and at most MAX_NAME_BYTES (1,024) UTF-8 bytes, which every
+ * `LockClient` owner id (1 to 256 UTF-16 code units) meets; and one a `text` column can hold. Sent, a lone surrogate
+ * was stored as U+FFFD (inspect then named an owner id nobody has, the same as another's), and a caller of the
+ * service could store one of any length.
+ */
+function storableOwnerId(ownerId: string, field: string): void {
+  assertStorableText(validateName(ownerId, field), field);
 }
 
 /** Metadata as core checks it (at most 1,024 UTF-8 bytes, well-formed), and one a `text` column can hold. */
