@@ -206,6 +206,8 @@ export interface WatchResponseLike {
   readonly canceled: boolean;
   /** Not `"0"`: the oldest revision etcd still keeps, when the start revision was compacted away. */
   readonly compact_revision: string;
+  /** Why etcd cancelled the watch (`etcdserver: permission denied`), if it said. */
+  readonly cancel_reason?: string;
   /** The changes, oldest first. */
   readonly events: readonly WatchEventLike[];
 }

@@ -44,7 +44,14 @@ interface Registration {
   watchId: string | undefined;
   /** Resume point after a reconnect. */
   nextRevision: bigint | undefined;
+  /** Pending re-creation after etcd refused the watch (cancels it). */
+  retry: (() => void) | undefined;
+  /** Delay before the next re-creation after a refusal: doubles per refusal in a row, up to MAX_BACKOFF_MS. */
+  refusedBackoffMs: number;
 }
+
+/** etcd's id for "no watch": the answer to a create it refused (for permission) before giving the watch an id. */
+const NO_WATCH_ID = '-1';
 
 const IDLE_CLOSE_MS = 2_000;
 const MAX_BACKOFF_MS = 2_000;
@@ -64,6 +71,11 @@ export class EtcdReleaseWatch {
   readonly #requests: EtcdRequests;
   readonly #registrations = new Set<Registration>();
   readonly #byId = new Map<string, Registration>();
+  /**
+   * Ids of the creates sent on the current stream that etcd has not answered yet, oldest first. etcd answers creates
+   * in the order it reads them, so an answer with no id (a refusal) is for the oldest.
+   */
+  #unanswered: string[] = [];
   #stream: WatchStream | undefined;
   #opening = false;
   #nextId = 1;
@@ -85,6 +97,8 @@ export class EtcdReleaseWatch {
       listener,
       watchId: undefined,
       nextRevision: spec.startRevision,
+      retry: undefined,
+      refusedBackoffMs: 50,
     };
     this.#registrations.add(registration);
     this.#idleTimer?.();
@@ -98,8 +112,10 @@ export class EtcdReleaseWatch {
     this.#closed = true;
     this.#reopenTimer?.();
     this.#idleTimer?.();
+    for (const registration of this.#registrations) registration.retry?.();
     this.#registrations.clear();
     this.#byId.clear();
+    this.#unanswered = [];
     const stream = this.#stream;
     this.#stream = undefined;
     if (stream) closeStream(stream);
@@ -119,6 +135,7 @@ export class EtcdReleaseWatch {
             return;
           }
           this.#stream = stream;
+          this.#unanswered = [];
           stream.on('data', (response) => this.#onResponse(stream, response));
           stream.on('error', () => this.#broken(stream));
           stream.on('end', () => this.#broken(stream));
@@ -132,6 +149,7 @@ export class EtcdReleaseWatch {
   }
 
   #create(stream: WatchStream, registration: Registration): void {
+    if (registration.retry) return;
     const watchId = String(this.#nextId++);
     if (registration.watchId !== undefined) this.#byId.delete(registration.watchId);
     registration.watchId = watchId;
@@ -151,6 +169,7 @@ export class EtcdReleaseWatch {
           watch_id: watchId,
         },
       });
+      this.#unanswered.push(watchId);
     } catch {
       this.#broken(stream);
     }
@@ -158,6 +177,8 @@ export class EtcdReleaseWatch {
 
   #cancel(registration: Registration): void {
     if (!this.#registrations.delete(registration)) return;
+    registration.retry?.();
+    registration.retry = undefined;
     const watchId = registration.watchId;
     if (watchId !== undefined) {
       this.#byId.delete(watchId);
@@ -183,20 +204,32 @@ export class EtcdReleaseWatch {
   // and cut off every other watch on the stream.
   #onResponse(stream: WatchStream, response: WatchResponseLike): void {
     if (stream !== this.#stream) return;
-    const registration = this.#byId.get(String(response.watch_id));
-    if (!registration) return;
+    const watchId = String(response.watch_id);
+    const answered = watchId === NO_WATCH_ID ? this.#unanswered.shift() : watchId;
+    if (response.created || response.canceled) this.#answered(answered);
+    const registration = answered === undefined ? undefined : this.#byId.get(answered);
+    if (!registration || answered === undefined) return;
     this.#backoffMs = 50;
     if (response.canceled) {
-      // Compacted past the start revision, or refused: start over from now and let the owner re-read. No backoff:
-      // re-created from now, a watch is never compacted again, and etcd (3.4.23, checked) answers a create refused
-      // for permission with watch id -1, which names no registration and never reaches here.
-      this.#byId.delete(String(response.watch_id));
+      this.#byId.delete(answered);
       registration.watchId = undefined;
       registration.nextRevision = undefined;
+      // Either way the owner may have missed a delete, and re-reads.
       callSubscriber(() => registration.listener.onReset?.());
-      if (this.#registrations.has(registration)) this.#create(stream, registration);
+      if (!this.#registrations.has(registration)) return;
+      if (response.compact_revision !== '0' && response.compact_revision !== '') {
+        // Compacted past the start revision: start over from now, at once; re-created from now, a watch is never
+        // compacted again.
+        registration.refusedBackoffMs = 50;
+        this.#create(stream, registration);
+      } else {
+        // Refused (etcd 3.4.23 answers a create refused for permission with watch id -1 and the reason): the same
+        // create would be refused again, so it is retried with backoff, each refusal telling the owner once more.
+        this.#retryLater(registration);
+      }
       return;
     }
+    registration.refusedBackoffMs = 50;
     if (response.created) callSubscriber(() => registration.listener.onCreated?.());
     // Events before the revision asked for come only from the one revision the watch was created early (#create).
     const from = registration.nextRevision;
@@ -222,11 +255,30 @@ export class EtcdReleaseWatch {
     this.#stream = undefined;
     closeStream(stream);
     this.#byId.clear();
+    this.#unanswered = [];
     for (const registration of [...this.#registrations]) {
       registration.watchId = undefined;
       callSubscriber(() => registration.listener.onReset?.());
     }
     this.#scheduleReopen();
+  }
+
+  /** Drops `watchId` from the creates awaiting an answer. */
+  #answered(watchId: string | undefined): void {
+    if (watchId === undefined) return;
+    const at = this.#unanswered.indexOf(watchId);
+    if (at >= 0) this.#unanswered.splice(at, 1);
+  }
+
+  #retryLater(registration: Registration): void {
+    const delay = registration.refusedBackoffMs * (0.5 + this.#requests.clock.random());
+    registration.refusedBackoffMs = Math.min(MAX_BACKOFF_MS, registration.refusedBackoffMs * 2);
+    registration.retry = later(this.#requests.clock, delay, () => {
+      registration.retry = undefined;
+      if (!this.#registrations.has(registration)) return;
+      if (this.#stream) this.#create(this.#stream, registration);
+      else this.#open();
+    });
   }
 
   #scheduleReopen(): void {
