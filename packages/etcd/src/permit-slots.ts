@@ -243,7 +243,8 @@ export class PermitSlots<C extends SlotClaim> {
 
   /**
    * The holders and the queue's length, in one read that also looks for keys written with another limit: each slot
-   * key's record (owner id, metadata) and create revision (the fencing token), and the queue keys counted. No
+   * key's record (owner id, metadata) and create revision (the fencing token), and the queue keys counted. Every key
+   * that names a slot is a holder, as `available` counts it, with owner id '' when its value is not a permit record. No
    * `expiresInMs`: etcd tells a lease's remaining life only in whole seconds, and a key outlives its expired lease by
    * up to the lessor's interval (500 ms), counting as held until then (as in `available`).
    */
@@ -260,10 +261,12 @@ export class PermitSlots<C extends SlotClaim> {
     const held: PermitHolder[] = [];
     for (const kv of rangeKvs(response, 2)) {
       const slot = slotOf(layout, kv.key);
+      if (slot === undefined) continue;
       const record = decodePermitRecord(kv.value);
-      if (slot === undefined || record === undefined) continue;
-      const holder = { slot, ownerId: record.owner, fencingToken: BigInt(kv.create_revision) };
-      held.push(record.metadata === undefined ? holder : { ...holder, metadata: record.metadata });
+      // A slot key without our record (another tool's, or written by hand) still fills the slot: acquire creates a
+      // slot key only where none exists. Its owner is unknown, reported as '', which no client's ownerId can be.
+      const holder = { slot, ownerId: record?.owner ?? '', fencingToken: BigInt(kv.create_revision) };
+      held.push(record?.metadata === undefined ? holder : { ...holder, metadata: record.metadata });
     }
     held.sort((a, b) => a.slot - b.slot);
     const waiters = Number(response.responses[3]?.response_range?.count ?? 0);

@@ -46,4 +46,29 @@ describe('keys under the slot prefix that name no slot', () => {
         .exec();
     }
   });
+
+  it('a slot key holding something other than a permit record is a taken slot, to inspect() as to available()', async () => {
+    const name = lockName('sem-foreign-value');
+    const slots = `${TEST_PREFIX}%sem/${escapeName(name)}/2/s/`;
+    try {
+      // Slot 1 exists (acquire's "create only if absent" cannot take it) but holds no record of this package.
+      await etcd.put(`${slots}1`).value('not a permit record').exec();
+      const pool = locks.semaphore(name, { permits: 2, ttlMs: 10_000 });
+      const taken = BigInt((await etcd.get(`${slots}1`).exec()).kvs[0]?.create_revision ?? '0');
+      const info = await pool.inspect();
+      expect(await pool.available()).toBe(1);
+      expect(info.held).toEqual([{ slot: 1, ownerId: '', fencingToken: taken }]);
+      const first = await pool.tryAcquire();
+      expect(first?.slot).toBe(0);
+      expect(await pool.tryAcquire()).toBeNull();
+      expect(await pool.available()).toBe(0);
+      expect((await pool.inspect()).held.map((holder) => holder.slot)).toEqual([0, 1]);
+      await first?.release();
+    } finally {
+      await etcd
+        .delete()
+        .prefix(`${TEST_PREFIX}%sem/${escapeName(name)}/`)
+        .exec();
+    }
+  });
 });
