@@ -1,3 +1,4 @@
+import { LockClient } from '@dlock/core';
 import { EtcdLockService } from '@dlock/etcd';
 import { ETCD_ENDPOINT } from '@dlock/test-utils';
 import { Etcd3 } from 'etcd3';
@@ -55,5 +56,44 @@ describe('refused input sends no request', () => {
     if (!granted.acquired) throw new Error('the lock was not granted');
     const { ownershipToken, fencingToken } = granted.grant;
     expect(await service.release({ name, ownerId: 'owner', ownershipToken, fencingToken })).toBe(true);
+  });
+
+  it('owner ids that are empty, over 256 UTF-16 units, not strings or not well-formed Unicode', async () => {
+    const before = sent();
+    const ask = (ownerId: unknown) => ({
+      name: lockName('owner'),
+      ownerId: ownerId as string,
+      ttlMs: 10_000,
+      waitMs: 0,
+      signal,
+    });
+    const owners: unknown[] = ['', 'a\ud800', '\udc00b', 'x'.repeat(257), 5, undefined];
+    const direct = owners.flatMap((ownerId) => [
+      service.acquire(ask(ownerId)),
+      service.acquirePermit({ ...ask(ownerId), permits: 2 }),
+    ]);
+    // LockClient checks only the length of its ownerId: a lone surrogate reaches the service, which refuses it.
+    const client = new LockClient(service, { ownerId: 'a\ud800' });
+    const viaClient = [
+      client.acquire(lockName('owner'), { ttlMs: 10_000 }),
+      client.semaphore(lockName('owner'), { permits: 2, ttlMs: 10_000 }).acquire(),
+    ];
+    try {
+      const codes = (await Promise.allSettled([...direct, ...viaClient])).map((r) =>
+        r.status === 'rejected' ? (r.reason as { code?: unknown }).code : r.status,
+      );
+      expect(codes).toEqual([...direct, ...viaClient].map(() => 'INVALID_ARGUMENT'));
+      expect(sent()).toBe(before);
+    } finally {
+      await client.close();
+    }
+    // The longest allowed, with a character outside the BMP (two units), is stored and reported as it was given.
+    const ownerId = `\u{1F512}${'o'.repeat(254)}`;
+    const name = lockName('owner');
+    const granted = await service.acquire({ ...ask(ownerId), name });
+    if (!granted.acquired) throw new Error('the lock was not granted');
+    expect((await service.inspect(name)).ownerId).toBe(ownerId);
+    const { ownershipToken, fencingToken } = granted.grant;
+    expect(await service.release({ name, ownerId, ownershipToken, fencingToken })).toBe(true);
   });
 });
