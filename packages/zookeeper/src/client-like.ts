@@ -127,11 +127,11 @@ export interface ZooKeeperClientLike {
    */
   setData?(path: string, data: Buffer, version: number, callback: ZooKeeperCallback<unknown>): void;
   /**
-   * Reads a node's ACL and stat. Optional: a try that does not wait (a semaphore's take too) reads the parent it
-   * would delete with it first, and without it queues the ordinary way (see the README's *A caller that does not
-   * wait*); idle parents and semaphores are then read with `exists`, their data only.
+   * Reads a node's ACL and stat. A try that does not wait (a semaphore's take too) reads the parent it would delete
+   * with it first, and idle parents and semaphores are read with it before they are deleted: a node with another ACL
+   * is someone's to keep, and only this read shows it.
    */
-  getACL?(
+  getACL(
     path: string,
     callback: (
       error: Error | null | undefined,
@@ -240,7 +240,7 @@ export function replyZxid(client: object): bigint | undefined {
   return Buffer.isBuffer(zxid) && zxid.length === 8 ? zxid.readBigUInt64BE(0) : undefined;
 }
 
-/** Every method of `ZooKeeperClientLike`: what `isClientLike` checks a caller's client for. */
+/** Every required method of `ZooKeeperClientLike`: what the service checks a caller's client for. */
 export const CLIENT_METHODS = [
   'connect',
   'close',
@@ -251,13 +251,18 @@ export const CLIENT_METHODS = [
   'remove',
   'exists',
   'getData',
+  'getACL',
   'getChildren',
   'transaction',
   'on',
   'removeListener',
 ] as const satisfies readonly (keyof ZooKeeperClientLike)[];
 
-export function isClientLike(value: unknown): value is ZooKeeperClientLike {
-  if (typeof value !== 'object' || value === null) return false;
-  return CLIENT_METHODS.every((m) => typeof Reflect.get(value, m) === 'function');
+/**
+ * The methods of `CLIENT_METHODS` that `value` lacks (all of them when it is not an object): the service refuses a
+ * client with any missing when it is constructed, as it could not use it properly.
+ */
+export function missingMethods(value: unknown): readonly string[] {
+  if (typeof value !== 'object' || value === null) return CLIENT_METHODS;
+  return CLIENT_METHODS.filter((m) => typeof Reflect.get(value, m) !== 'function');
 }

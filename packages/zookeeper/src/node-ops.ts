@@ -82,10 +82,9 @@ export type ParentLook =
  * Reads a parent's ACL and stat (one request) before a try deletes it: a try deletes and re-creates only a parent
  * with no data and the open ACL dlock gives its nodes, or those would be lost. A multi cannot check this itself:
  * its `check` and versioned delete compare the data version only, which `setAcl` leaves alone. Foreign too when
- * the client cannot read ACLs or the stat has no version: then the parent is left alone.
+ * the stat has no version: then the parent is left alone.
  */
 export async function lookAtParent(session: Session, parent: string): Promise<ParentLook> {
-  if (typeof session.client.getACL !== 'function') return 'foreign';
   const read = await session.getACL(parent);
   if (read === null) return 'missing';
   const { acls, stat } = read;
@@ -94,18 +93,14 @@ export async function lookAtParent(session: Session, parent: string): Promise<Pa
 }
 
 /**
- * Reads a node about to be deleted: its data version if it is as dlock makes it (no data, and the open ACL when the
- * client can read ACLs), 'foreign' if not, 'missing' if it is gone. A delete at that version refuses data written
- * since (an ACL set in the one round trip between is not seen: no delete can name an ACL version).
+ * Reads a node about to be deleted: its data version if it is as dlock makes it (no data, the open ACL), 'foreign'
+ * if not, 'missing' if it is gone. A delete at that version refuses data written since (an ACL set in the one round
+ * trip between is not seen: no delete can name an ACL version).
  */
 export async function readPlain(session: Session, path: string): Promise<number | 'foreign' | 'missing'> {
-  const read =
-    typeof session.client.getACL === 'function'
-      ? await session.getACL(path)
-      : await session.exists(path).then((stat) => (stat ? { acls: undefined, stat } : null));
+  const read = await session.getACL(path);
   if (read === null) return 'missing';
-  if (read.stat.dataLength !== 0) return 'foreign';
-  if (read.acls !== undefined && !isOpenAcl(read.acls)) return 'foreign';
+  if (read.stat.dataLength !== 0 || !isOpenAcl(read.acls)) return 'foreign';
   return read.stat.version ?? -1;
 }
 

@@ -29,6 +29,12 @@ describe('options', () => {
     expect(invalid({}).field).toBe('options');
     expect(invalid({ client: fakeClient, connectionString: 'x:1' }).field).toBe('options');
     expect(invalid({ client: {} }).field).toBe('options.client');
+    // What was passed and what is required: a client without getACL could not read a parent's ACL.
+    const { getACL: _, ...withoutAcl } = fakeClient;
+    const noAcl = invalid({ client: withoutAcl });
+    expect(noAcl.field).toBe('options.client');
+    expect(noAcl.message).toContain('lacks getACL');
+    expect(invalid({ client: 42 }).message).toContain('got number 42');
     expect(invalid({ client: fakeClient, sessionTimeoutMs: 5_000 }).field).toBe('options.sessionTimeoutMs');
     expect(invalid({ connectionString: '' }).field).toBe('options.connectionString');
     expect(invalid({ connectionString: 'a b:1' }).field).toBe('options.connectionString');

@@ -1,6 +1,6 @@
 import { type Clock, InvalidArgumentError, MAX_TIMER_MS, systemClock } from '@dlock/core';
 import { rejectUnknownKeys } from '@dlock/core/adapter';
-import { isClientLike, type ZooKeeperClientLike } from './client-like.js';
+import { CLIENT_METHODS, missingMethods, type ZooKeeperClientLike } from './client-like.js';
 import { validRoot } from './keys.js';
 
 /** The options both forms of {@link ZooKeeperLockServiceOptions} share. */
@@ -104,7 +104,17 @@ export function resolveOptions(options: unknown): ResolvedOptions {
   const hasConnection = o['connectionString'] !== undefined;
   check(hasClient !== hasConnection, 'options', 'needs exactly one of `client` and `connectionString`');
   if (hasClient) {
-    check(isClientLike(o['client']), 'options.client', 'must be a node-zookeeper-client Client');
+    const client = o['client'];
+    const missing = missingMethods(client);
+    check(
+      missing.length === 0,
+      'options.client',
+      `must be a node-zookeeper-client Client (or an object with its methods ${CLIENT_METHODS.join(', ')}); ${
+        typeof client === 'object' && client !== null
+          ? `the one passed lacks ${missing.join(', ')}`
+          : `got ${client === null ? 'null' : `${typeof client} ${String(client)}`}`
+      }`,
+    );
     check(
       o['sessionTimeoutMs'] === undefined,
       'options.sessionTimeoutMs',

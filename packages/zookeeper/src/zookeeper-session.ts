@@ -271,13 +271,11 @@ export class Session {
     });
   }
 
-  /** A node's ACL and stat; null when it does not exist. Only called when the client has `getACL`. */
+  /** A node's ACL and stat; null when it does not exist. */
   async getACL(path: string): Promise<NodeAcl | null> {
-    const { client } = this;
-    const getACL = client.getACL as NonNullable<typeof client.getACL>;
     try {
       return await this.request<NodeAcl | null>('getACL', path, (done) =>
-        getACL.call(client, path, (error, acls, stat) =>
+        this.client.getACL(path, (error, acls, stat) =>
           done(error, stat ? { acls: acls ?? [], stat } : null),
         ),
       );

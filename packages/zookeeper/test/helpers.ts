@@ -111,9 +111,9 @@ export function countingClient(
       if (b === undefined) inner.exists(path, a as Parameters<ZooKeeperClientLike['getChildren']>[1]);
       else inner.exists(path, wrap(a as ZooKeeperWatcher), b as Parameters<ZooKeeperClientLike['exists']>[1]);
     },
-    getACL: (...args: Parameters<NonNullable<ZooKeeperClientLike['getACL']>>) => {
+    getACL: (...args: Parameters<ZooKeeperClientLike['getACL']>) => {
       counts.requests += 1;
-      (inner.getACL as NonNullable<ZooKeeperClientLike['getACL']>).call(inner, ...args);
+      inner.getACL(...args);
     },
     getData: (...args: Parameters<ZooKeeperClientLike['getData']>) => {
       counts.requests += 1;

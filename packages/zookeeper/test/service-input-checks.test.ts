@@ -1,7 +1,7 @@
 import { uniqueName, ZK_CONNECT } from '@dlock/test-utils';
 import { afterAll, describe, expect, it } from 'vitest';
 import { lockParentPath, ZooKeeperLockService } from '../src/index.js';
-import { connectedClient, statOf } from './helpers.js';
+import { connectedClient, statOf, zookeeper } from './helpers.js';
 
 // The contract suite (contract.test.ts) checks that names and metadata core would refuse are an InvalidArgumentError
 // from the service called directly. What is ZooKeeper's own: no node is made for them (the lock's parent is created
@@ -45,5 +45,33 @@ describe('refused input makes no node', () => {
     } finally {
       raw.close();
     }
+  });
+});
+
+describe('a client the service cannot use', () => {
+  it('is refused at construction when it has no getACL, naming what it lacks', async () => {
+    // A real node-zookeeper-client client, never connected: construction does no I/O either way.
+    const real = zookeeper.createClient(ZK_CONNECT, { sessionTimeout: 10_000 });
+    const withoutAcl = new Proxy(real, {
+      get: (target, property) => (property === 'getACL' ? undefined : Reflect.get(target, property)),
+    });
+    // Accepted, it read no parent's ACL: a try queued the old racy way, and idle parents with another ACL were
+    // deleted as if open.
+    const refused = (() => {
+      try {
+        new ZooKeeperLockService({ client: withoutAcl, keyPrefix: ROOT });
+      } catch (error) {
+        return error;
+      }
+      return undefined;
+    })();
+    expect(refused).toMatchObject({ code: 'INVALID_ARGUMENT', field: 'options.client' });
+    expect(String((refused as Error | undefined)?.message)).toContain('lacks getACL');
+    expect(real.getState().code).not.toBe(3);
+    // The same client with its getACL is accepted.
+    const accepted = new ZooKeeperLockService({ client: real, keyPrefix: ROOT });
+    expect(accepted).toBeInstanceOf(ZooKeeperLockService);
+    // Never connected, the client has no socket to close (node-zookeeper-client's close() would throw).
+    await accepted.close();
   });
 });
