@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { classifyPostgresError, postgresLockTimeout } from './postgres-sql.js';
+import { InvalidArgumentError } from './errors.js';
+import { classifyPostgresError, createTableRacingOthers, postgresLockTimeout } from './postgres-sql.js';
 
 describe('classifyPostgresError', () => {
   it.each([
@@ -20,5 +21,37 @@ describe('classifyPostgresError', () => {
 
   it('writes the lock timeout statement', () => {
     expect(postgresLockTimeout(50)).toBe('SET LOCAL lock_timeout = 50');
+  });
+});
+
+describe('createTableRacingOthers', () => {
+  const lostRace = () => Object.assign(new Error('type "t" already exists'), { code: '42710' });
+
+  it('retries a lost race and gives up after its attempts', async () => {
+    let calls = 0;
+    const create = async () => {
+      calls++;
+      throw lostRace();
+    };
+    await expect(createTableRacingOthers(create, 3)).rejects.toMatchObject({ code: '42710' });
+    expect(calls).toBe(3);
+  });
+
+  it('refuses an attempt count that could loop for ever before trying', async () => {
+    // A name already taken by another type fails with 42710 on every attempt, so the bound is all that ends it.
+    for (const attempts of [101, 1e6, Number.MAX_SAFE_INTEGER]) {
+      let calls = 0;
+      const create = async () => {
+        calls++;
+        throw lostRace();
+      };
+      await expect(createTableRacingOthers(create, attempts)).rejects.toBeInstanceOf(InvalidArgumentError);
+      expect(calls).toBe(0);
+    }
+    let calls = 0;
+    await createTableRacingOthers(async () => {
+      calls++;
+    }, 100);
+    expect(calls).toBe(1);
   });
 });

@@ -75,16 +75,20 @@ export function classifyPostgresError(error: unknown): RetryableKind {
   return undefined;
 }
 
+const MAX_CREATE_ATTEMPTS = 100;
+
 /**
  * Runs an idempotent `CREATE TABLE IF NOT EXISTS` on PostgreSQL, where two concurrent ones can both pass the
  * existence check and then collide in the catalog (23505 on pg_type's index, 42P07 duplicate table, 42710
  * duplicate type). The other creator won, so another attempt finds the table; each round has a winner, so a few
- * attempts cover any number of racers.
+ * attempts cover any number of racers. The bound matters when the name is taken by something that is not the table
+ * (another type of that name fails with 42710 on every attempt, with no delay between them): more attempts than
+ * `MAX_CREATE_ATTEMPTS` cannot help anyone and would only spin.
  */
 export async function createTableRacingOthers(create: () => Promise<unknown>, attempts = 5): Promise<void> {
   if (typeof create !== 'function') throw new InvalidArgumentError('create', 'must be a function');
-  if (!Number.isSafeInteger(attempts) || attempts < 1) {
-    throw new InvalidArgumentError('attempts', 'must be a positive integer');
+  if (!Number.isSafeInteger(attempts) || attempts < 1 || attempts > MAX_CREATE_ATTEMPTS) {
+    throw new InvalidArgumentError('attempts', `must be an integer in 1..${MAX_CREATE_ATTEMPTS}`);
   }
   for (let attempt = 1; ; attempt++) {
     try {
