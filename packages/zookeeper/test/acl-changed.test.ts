@@ -1,10 +1,10 @@
-import { LockClient } from '@dlock/core';
+import type { LockClient } from '@dlock/core';
 import { uniqueName, ZK_CONNECT } from '@dlock/test-utils';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { lockParentPath, type ZooKeeperClientLike, ZooKeeperLockService } from '../src/index.js';
+import { describe, expect, it } from 'vitest';
+import { lockParentPath, type ZooKeeperClientLike } from '../src/index.js';
 import { permitQueuePath, permitSlotsPath, semaphorePath, semaphoresRootPath } from '../src/keys.js';
 import { childrenOf, connectedClient, countingClient, statOf, waitFor } from './helpers.js';
-import { aclOf, CUSTOM_ACL, call, DATA, dataOf, makePath, type RawClient, rawOf } from './parent-nodes.js';
+import { aclOf, CUSTOM_ACL, call, DATA, dataOf, makePath, useParentNodes } from './parent-nodes.js';
 
 // setAcl moves a node's ACL version, never its data version, and a multi can check only the data version: a try
 // or take that deleted a parent at the data version it expected lost an ACL someone set since.
@@ -13,32 +13,10 @@ const ROOT = '/dlock-test/acl-changed';
 const SWEPT_ROOT = '/dlock-test/acl-changed-swept';
 const TTL = 10_000;
 const PERMITS = 2;
-let like: ZooKeeperClientLike;
-let raw: RawClient;
-const toClose: { close(): unknown }[] = [];
-
-beforeAll(async () => {
-  like = await connectedClient(ZK_CONNECT);
-  raw = rawOf(like);
-  await makePath(raw, `${ROOT}/.semaphores`);
-  await makePath(raw, `${SWEPT_ROOT}/.semaphores`);
-});
-
-afterAll(async () => {
-  for (const item of toClose.splice(0).reverse()) await item.close();
-  raw.close();
-});
-
-function lockClient(
-  options: { idleParentMs?: number; keyPrefix?: string; client?: ZooKeeperClientLike } = {},
-): LockClient {
-  const service = options.client
-    ? new ZooKeeperLockService({ client: options.client, keyPrefix: options.keyPrefix ?? ROOT })
-    : new ZooKeeperLockService({ connectionString: ZK_CONNECT, keyPrefix: ROOT, ...options });
-  const client = new LockClient(service);
-  toClose.push(client, service);
-  return client;
-}
+const { like, raw, locks, lockClient, closeAfter } = useParentNodes(ROOT, [
+  `${ROOT}/.semaphores`,
+  `${SWEPT_ROOT}/.semaphores`,
+]);
 
 async function tryThrice(client: LockClient, name: string): Promise<void> {
   for (let i = 0; i < 3; i++) {
@@ -92,7 +70,7 @@ describe('an ACL set (setAcl) on a parent a try or take made is kept', () => {
 
   it('requests: 3 per free try and release, 2 per busy try, 4 per permit take and release, 7 with a kept queue parent', async () => {
     const inner = await connectedClient(ZK_CONNECT);
-    toClose.push({ close: () => inner.close() });
+    closeAfter({ close: () => inner.close() });
     const counted = countingClient(inner);
     const client = lockClient({ client: counted });
     const cost = async (run: () => Promise<void>, times = 1): Promise<number> => {
@@ -205,12 +183,10 @@ describe('the sweep reads a parent it keeps once', () => {
     await call((cb) => raw.create(permitQueuePath(semaphore, PERMITS), DATA, 0, cb));
     await call((cb) => raw.create(permitSlotsPath(semaphore, PERMITS), Buffer.alloc(0), 0, cb));
     const inner = await connectedClient(ZK_CONNECT);
-    toClose.push({ close: () => inner.close() });
+    closeAfter({ close: () => inner.close() });
     const { client, paths } = recording(inner);
-    const service = new ZooKeeperLockService({ client, keyPrefix: prefix, idleParentMs: 300 });
-    const locks = new LockClient(service);
-    toClose.push(locks, service);
-    await (await locks.acquire(uniqueName('warm'), { ttlMs: TTL }))?.release(); // a session: the sweep runs
+    const sweeping = locks({ client, keyPrefix: prefix, idleParentMs: 300 }).client;
+    await (await sweeping.acquire(uniqueName('warm'), { ttlMs: TTL }))?.release(); // a session: the sweep runs
     const reads = () => paths.filter((read) => read.split(' ')[1]?.startsWith(semaphore)).length;
     const passes = () => paths.filter((read) => read === `getChildren ${semaphoresRootPath(prefix)}`).length;
     const judged = () => paths.includes(`getACL ${permitQueuePath(semaphore, PERMITS)}`);

@@ -15,7 +15,13 @@ export async function connectedClient(
   sessionTimeout = 10_000,
 ): Promise<ZooKeeperClientLike> {
   const client = zookeeper.createClient(connect, { sessionTimeout, spinDelay: 100 });
-  await new Promise<void>((resolve, reject) => {
+  await connecting(client, connect);
+  return client;
+}
+
+/** Connects a client made with `zookeeper.createClient`, resolving once it is connected (within 10 s). */
+export function connecting(client: ZooKeeperClientLike, connect: string): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`no ZooKeeper at ${connect}`)), 10_000);
     client.on('state', (state) => {
       if (state.code === 3) {
@@ -25,7 +31,6 @@ export async function connectedClient(
     });
     client.connect();
   });
-  return client;
 }
 
 function call<T>(fn: (cb: (error: Error | null | undefined, value: T) => void) => void): Promise<T> {

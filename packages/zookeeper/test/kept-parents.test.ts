@@ -1,10 +1,10 @@
-import { LockClient } from '@dlock/core';
-import { uniqueName, ZK_CONNECT } from '@dlock/test-utils';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { lockParentPath, type ZooKeeperClientLike, ZooKeeperLockService } from '../src/index.js';
+import type { LockClient } from '@dlock/core';
+import { uniqueName } from '@dlock/test-utils';
+import { describe, expect, it } from 'vitest';
+import { lockParentPath } from '../src/index.js';
 import { permitQueuePath, permitSlotsPath, semaphorePath } from '../src/keys.js';
-import { childrenOf, connectedClient, statOf, waitFor } from './helpers.js';
-import { aclOf, CUSTOM_ACL, call, DATA, dataOf, makePath, type RawClient, rawOf } from './parent-nodes.js';
+import { childrenOf, statOf, waitFor } from './helpers.js';
+import { aclOf, CUSTOM_ACL, call, DATA, dataOf, useParentNodes } from './parent-nodes.js';
 
 // The semaphore's free-slot take deletes and re-creates its queue parent, and the sweep deletes parents other
 // processes left: both must keep (or leave) a parent with data or another ACL, as a lock's try does (192e4cb).
@@ -13,28 +13,7 @@ const ROOT = '/dlock-test/kept-parents';
 const SWEPT_ROOT = '/dlock-test/kept-parents-swept';
 const TTL = 10_000;
 const PERMITS = 2;
-let like: ZooKeeperClientLike;
-let raw: RawClient;
-const toClose: { close(): unknown }[] = [];
-
-beforeAll(async () => {
-  like = await connectedClient(ZK_CONNECT);
-  raw = rawOf(like);
-  await makePath(raw, `${ROOT}/.semaphores`);
-  await makePath(raw, SWEPT_ROOT);
-});
-
-afterAll(async () => {
-  for (const item of toClose.splice(0).reverse()) await item.close();
-  raw.close();
-});
-
-function lockClient(options: { idleParentMs?: number; keyPrefix?: string } = {}): LockClient {
-  const service = new ZooKeeperLockService({ connectionString: ZK_CONNECT, keyPrefix: ROOT, ...options });
-  const client = new LockClient(service);
-  toClose.push(client, service);
-  return client;
-}
+const { like, raw, locks, lockClient } = useParentNodes(ROOT, [`${ROOT}/.semaphores`, SWEPT_ROOT]);
 
 /** The semaphore's node and its two parents, made by someone else; the queue parent with `data` or `acls`. */
 async function makeSemaphore(
@@ -108,9 +87,7 @@ describe("a semaphore's free-slot take keeps its queue parent's data and ACL", (
 
 describe("a semaphore's idle delete (close(), idleParentMs, the sweep) keeps its nodes' data and ACL", () => {
   it('close() deletes a semaphore it used only if its nodes have no data and the open ACL', async () => {
-    const service = new ZooKeeperLockService({ connectionString: ZK_CONNECT, keyPrefix: ROOT });
-    const client = new LockClient(service);
-    toClose.push(client, service);
+    const { service, client } = locks();
     const names = {
       data: uniqueName('sem-close-data'),
       acl: uniqueName('sem-close-acl'),
@@ -127,9 +104,7 @@ describe("a semaphore's idle delete (close(), idleParentMs, the sweep) keeps its
   });
 
   it('a plain queue parent at another version is made again at version 1, and deleted when idle', async () => {
-    const service = new ZooKeeperLockService({ connectionString: ZK_CONNECT, keyPrefix: ROOT });
-    const client = new LockClient(service);
-    toClose.push(client, service);
+    const { service, client } = locks();
     const name = uniqueName('sem-plain-version');
     const semaphore = semaphorePath(ROOT, name);
     const parent = permitQueuePath(semaphore, PERMITS);

@@ -1,35 +1,14 @@
-import { LockClient } from '@dlock/core';
 import { uniqueName, ZK_CONNECT } from '@dlock/test-utils';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { lockParentPath, type ZooKeeperClientLike, ZooKeeperLockService } from '../src/index.js';
+import { describe, expect, it } from 'vitest';
+import { lockParentPath } from '../src/index.js';
 import { childrenOf, connectedClient, countingClient, statOf } from './helpers.js';
-import { aclOf, CUSTOM_ACL, call, DATA, dataOf, makePath, type RawClient, rawOf } from './parent-nodes.js';
+import { aclOf, CUSTOM_ACL, call, DATA, dataOf, useParentNodes } from './parent-nodes.js';
 
 // A try that does not wait deletes and re-creates the lock's parent (cd9287b); these check what that must keep.
 
 const ROOT = '/dlock-test/try-parent';
 const TTL = 10_000;
-let like: ZooKeeperClientLike;
-let raw: RawClient;
-const toClose: { close(): unknown }[] = [];
-
-beforeAll(async () => {
-  like = await connectedClient(ZK_CONNECT);
-  raw = rawOf(like);
-  await makePath(raw, ROOT);
-});
-
-afterAll(async () => {
-  for (const item of toClose.splice(0).reverse()) await item.close();
-  raw.close();
-});
-
-function lockClient(): LockClient {
-  const service = new ZooKeeperLockService({ connectionString: ZK_CONNECT, root: ROOT });
-  const client = new LockClient(service);
-  toClose.push(client, service);
-  return client;
-}
+const { like, raw, locks, lockClient, closeAfter } = useParentNodes(ROOT, [ROOT]);
 
 describe("a try that does not wait keeps a lock parent's data and ACL", () => {
   it('keeps the data of a parent created with data, and takes the free lock', async () => {
@@ -92,9 +71,7 @@ describe("a try that does not wait keeps a lock parent's data and ACL", () => {
   });
 
   it('close() deletes the idle parents a try used only if they have no data and the open ACL', async () => {
-    const service = new ZooKeeperLockService({ connectionString: ZK_CONNECT, root: ROOT });
-    const client = new LockClient(service);
-    toClose.push(client, service);
+    const { service, client } = locks();
     const names = {
       data: uniqueName('close-data'),
       acl: uniqueName('close-acl'),
@@ -123,10 +100,8 @@ describe("a try that does not wait keeps a lock parent's data and ACL", () => {
       if (madeBy === 'create') await call((cb) => raw.create(parent, Buffer.alloc(0), 0, cb));
       const holder = await lockClient().acquire(name, { ttlMs: TTL, waitMs: 0 });
       const counted = countingClient(await connectedClient(ZK_CONNECT));
-      const service = new ZooKeeperLockService({ client: counted, root: ROOT });
-      toClose.push(counted, service);
-      const client = new LockClient(service);
-      toClose.push(client);
+      closeAfter(counted);
+      const { client } = locks({ client: counted });
       // Another name first: the session is open, and the probe of the client's transaction (counted as a request
       // by countingClient, though none is sent) is done.
       await (await client.tryAcquire(uniqueName('warm'), { ttlMs: TTL }))?.release();
