@@ -1,7 +1,7 @@
 /**
  * The lock client for applications: {@link LockClient} with its handles, elections and semaphores, the errors it
  * throws, the events it emits, and the {@link LockService} interface a backend implements. Tools for writing a
- * backend are in `@dlock/core/adapter`.
+ * backend are in {@link adapter! | @dlock/core/adapter}.
  *
  * @module @dlock/core
  */
