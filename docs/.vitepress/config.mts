@@ -1,7 +1,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { type DefaultTheme, defineConfig } from 'vitepress';
 
-// The API pages and their sidebar are written by TypeDoc (`pnpm docs:api`) before VitePress runs; without them
+// The API pages and their sidebar are written by TypeDoc (`pnpm --filter @dlock/docs api`) before VitePress runs; without them
 // the guides still build, with the API section empty.
 const apiSidebarFile = new URL('../api/typedoc-sidebar.json', import.meta.url);
 const apiSidebar: DefaultTheme.SidebarItem[] = existsSync(apiSidebarFile)
