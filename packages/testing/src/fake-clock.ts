@@ -1,5 +1,11 @@
 import type { Clock, SleepOptions } from '@dlock/core';
 
+/**
+ * How many sleeps may fire at one instant within an `advance`. Past this, something re-arms a timer for a time already
+ * passed: in real time a busy loop, here an advance that never returned and hung its test until the test timed out.
+ */
+const MAX_FIRINGS_AT_ONE_INSTANT = 10_000;
+
 interface Timer {
   readonly dueAt: number;
   readonly seq: number;
@@ -19,6 +25,7 @@ export interface FakeClockOptions {
  * Time that moves only when a test says so. Nothing sleeps for real.
  *
  * - `advance(ms)` moves time forward, firing due sleeps in time order and letting promises settle after each one.
+ *   It rejects, leaving time where it stopped, once 10,000 sleeps have fired at one instant: a busy loop.
  * - `jump(ms)` moves time forward without firing anything: a stop-the-world pause. Overdue sleeps fire on the next
  *   `advance` (use `advance(0)` to resume at once).
  * - `stepWall(ms)` moves only the wall clock (`now()`), like an NTP step; monotonic time is untouched.
@@ -58,16 +65,30 @@ export class FakeClock implements Clock {
     return this.#timers.length;
   }
 
-  /** Moves time forward by `ms`, firing every sleep that comes due, in order. */
+  /**
+   * Moves time forward by `ms`, firing every sleep that comes due, in order. Rejects, with time left at that instant,
+   * when 10,000 sleeps fire at one instant (something keeps re-arming a timer for a time already passed).
+   */
   async advance(ms: number): Promise<void> {
     if (!(ms >= 0)) throw new RangeError(`advance(ms) needs ms >= 0, got ${ms}`);
     const target = this.#monotonic + ms;
+    let instant = Number.NaN;
+    let firedAtInstant = 0;
     for (;;) {
       await settle();
       const next = this.#nextDue(target);
       if (!next) break;
+      const at = Math.max(this.#monotonic, next.dueAt);
+      firedAtInstant = at === instant ? firedAtInstant + 1 : 1;
+      instant = at;
+      if (firedAtInstant > MAX_FIRINGS_AT_ONE_INSTANT) {
+        throw new Error(
+          `FakeClock.advance: ${MAX_FIRINGS_AT_ONE_INSTANT} sleeps fired at monotonic ${at} ms without time moving on: ` +
+            'something re-arms a timer for a time already passed (a busy loop)',
+        );
+      }
       this.#timers.splice(this.#timers.indexOf(next), 1);
-      this.#monotonic = Math.max(this.#monotonic, next.dueAt);
+      this.#monotonic = at;
       next.fire();
     }
     this.#monotonic = target;

@@ -105,4 +105,53 @@ describe('FakeClock', () => {
     expect(await clock.advanceUntil(() => false, 100, 10)).toBe(false);
     expect(clock.monotonic()).toBe(150);
   });
+
+  // A timer re-armed for a time already passed fires again at the same instant, for ever: advance() never returned,
+  // and a test waiting on it hung until its timeout. In real time it is a busy loop, so it is a failure to report.
+  it('stops an advance that keeps firing sleeps without time moving on, and says where', {
+    timeout: 10_000,
+  }, async () => {
+    const clock = new FakeClock();
+    let fired = 0;
+    let spinning = true;
+    const spin = (): void => {
+      void clock.sleep(0).then(() => {
+        fired += 1;
+        if (spinning) spin();
+      });
+    };
+    await clock.advance(100);
+    spin();
+    await expect(clock.advance(50)).rejects.toThrow(
+      'FakeClock.advance: 10000 sleeps fired at monotonic 100 ms without time moving on: something re-arms a timer for a time already passed (a busy loop)',
+    );
+    expect(fired).toBe(10_000);
+    expect(clock.monotonic()).toBe(100);
+    // The clock is still usable: once the loop stops, time moves on and later sleeps fire.
+    spinning = false;
+    let later = false;
+    void clock.sleep(30).then(() => {
+      later = true;
+    });
+    await clock.advance(30);
+    expect(later).toBe(true);
+    expect(clock.monotonic()).toBe(130);
+  });
+
+  it('still fires thousands of sleeps due at one instant, and chains of sleeps that move time on', async () => {
+    const clock = new FakeClock();
+    let fired = 0;
+    for (let i = 0; i < 5_000; i++) void clock.sleep(10).then(() => (fired += 1));
+    let chained = 0;
+    const chain = (): void => {
+      void clock.sleep(1).then(() => {
+        chained += 1;
+        if (chained < 12_000) chain();
+      });
+    };
+    chain();
+    await clock.advance(12_000);
+    expect(fired).toBe(5_000);
+    expect(chained).toBe(12_000);
+  });
 });
