@@ -48,7 +48,7 @@ export function kyselyDriver<DB>(
       // Only the first guard names the transaction: a callback's own checkFence after COMMIT and BEGIN must not
       // vouch for the new one.
       if (dialect.sameTransaction.kind === 'transaction-id' && !guardTransactionIds.has(trx)) {
-        const txid = (result.rows[0] as { txid?: unknown } | undefined)?.txid;
+        const txid = result.rows[0]?.txid;
         if (typeof txid === 'string') guardTransactionIds.set(trx, txid);
       }
       return dialect.verdict(result);
@@ -108,8 +108,7 @@ async function confirmSameTransaction<DB>(
       throw error;
     }
     // A missing id is a junk answer, never taken for another transaction: that would tell the caller it ended it.
-    const current = (answerOf(answer, field, 'the transaction id', 'txid').rows[0] as { txid?: unknown })
-      ?.txid;
+    const current = answerOf(answer, field, 'the transaction id', 'txid', true).rows[0]?.txid;
     if (fenced !== undefined && current !== fenced) throw transactionEndedError(call.resource, KYSELY_HOW);
     return;
   }
@@ -146,44 +145,80 @@ export async function readMark<DB>(
   return markFromRows(rows);
 }
 
-/** A statement's answer as the gate reads it. */
+/** A statement's answer as the gate reads it: a copy, so nothing is read from the handle's answer twice. */
 interface Answer {
-  readonly rows: readonly object[];
+  readonly rows: readonly AnswerRow[];
   readonly numAffectedRows?: bigint;
 }
 
+/** A row as copied: only the column the statement returns (none for MySQL's guard, which counts rows). */
+type AnswerRow = { readonly [column in 'txid' | 'accepted' | 'last_token']?: unknown };
+
 /**
- * `result` checked to be Kysely's `QueryResult`: an object with an array of row objects, each holding `column` when
- * one is named. A handle that passed the shape check can still answer anything (a plugin's `transformResult`, a
- * hand-made executor); read as it is, junk failed with a raw TypeError, or counted as one accepted row. It is the
- * caller's handle that is wrong, so the error names it; inside the fenced transaction it rolls that back.
+ * The columns the gate's statements cast to text, each a decimal number (a mark, PostgreSQL's transaction id). A
+ * plugin that turns numeric text into numbers answers junk here: a transaction id that is not text was never
+ * recorded, so the same-transaction check was skipped, or compared unequal and blamed the callback for ending it.
  */
-function answerOf(result: unknown, field: string, statement: string, column?: string): Answer {
-  let rows: unknown;
+const DECIMAL_COLUMNS: ReadonlySet<string> = new Set(['txid', 'last_token']);
+
+/**
+ * `result` checked to be Kysely's `QueryResult`: an object with an array of at most one row object (`exactlyOne`:
+ * exactly one), each holding `column` when one is named, as decimal text for a column cast to text and as any
+ * value but null otherwise. A handle that passed the shape check can still answer anything (a plugin's
+ * `transformResult`, a hand-made executor); read as it is, junk failed with a raw TypeError, or counted as an
+ * accepted row. It is the caller's handle that is wrong, so the error names it; inside the fenced transaction it
+ * rolls that back. What the gate reads is copied here, once: a getter or a Proxy's trap that throws is junk too.
+ */
+function answerOf(
+  result: unknown,
+  field: string,
+  statement: string,
+  column?: string,
+  exactlyOne = false,
+): Answer {
+  let answer: Answer | string;
   try {
-    rows = typeof result === 'object' && result !== null ? (result as { rows?: unknown }).rows : undefined;
+    answer = copyOf(result, column, exactlyOne);
   } catch {
-    // A getter that throws (or a Proxy's trap) is junk too; its error would hide which handle was wrong.
-    rows = undefined;
+    answer = 'an answer that threw when read';
   }
-  let problem: string | undefined;
-  if (!Array.isArray(rows)) {
-    problem =
-      result === null
-        ? 'null'
-        : typeof result === 'object'
-          ? 'an object without a rows array'
-          : typeof result;
-  } else if (!rows.every((row) => typeof row === 'object' && row !== null)) {
-    problem = 'rows that are not row objects';
-  } else if (column !== undefined && rows.some((row) => !(column in row))) {
-    problem = `a row without its ${column} column`;
-  }
-  if (problem !== undefined) {
+  if (typeof answer === 'string') {
     throw new InvalidArgumentError(
       field,
-      `answered ${statement} with ${problem}: its executeQuery() must resolve to a Kysely QueryResult ({ rows: [...] }) from the database`,
+      `answered ${statement} with ${answer}: its executeQuery() must resolve to a Kysely QueryResult ({ rows: [...] }) from the database`,
     );
   }
-  return result as Answer;
+  return answer;
+}
+
+/** The parts of `result` the gate reads, copied; or what is wrong with it. */
+function copyOf(result: unknown, column: string | undefined, exactlyOne: boolean): Answer | string {
+  if (result === null) return 'null';
+  if (typeof result !== 'object') return typeof result;
+  const { rows, numAffectedRows } = result as { rows?: unknown; numAffectedRows?: unknown };
+  if (!Array.isArray(rows)) return 'an object without a rows array';
+  const listed: unknown[] = Array.from(rows);
+  if (listed.length > 1 || (exactlyOne && listed.length === 0)) {
+    return `${listed.length} rows (${exactlyOne ? 'exactly' : 'at most'} one expected)`;
+  }
+  const copied: AnswerRow[] = [];
+  for (const row of listed) {
+    if (typeof row !== 'object' || row === null) return 'rows that are not row objects';
+    if (column === undefined) {
+      copied.push({});
+      continue;
+    }
+    if (!(column in row)) return `a row without its ${column} column`;
+    const value: unknown = (row as Record<string, unknown>)[column];
+    const sound = DECIMAL_COLUMNS.has(column)
+      ? typeof value === 'string' && /^[0-9]{1,19}$/.test(value)
+      : value !== undefined && value !== null;
+    if (!sound) {
+      const got =
+        value === null ? 'null' : typeof value === 'string' ? 'text that is not a number' : typeof value;
+      return `a row whose ${column} is ${got}${DECIMAL_COLUMNS.has(column) ? ' (decimal text expected)' : ''}`;
+    }
+    copied.push({ [column]: value });
+  }
+  return typeof numAffectedRows === 'bigint' ? { rows: copied, numAffectedRows } : { rows: copied };
 }

@@ -23,6 +23,16 @@ function answering(db: Kysely<unknown>, junk: unknown): Kysely<unknown> {
   return db.withPlugin(plugin);
 }
 
+/** Like {@link answering}, but only the `nth` statement (from 1) sent through the instance gets `junk`. */
+function answeringNth(db: Kysely<unknown>, nth: number, junk: unknown): Kysely<unknown> {
+  let sent = 0;
+  const plugin: KyselyPlugin = {
+    transformQuery: (args) => args.node,
+    transformResult: async (args) => (++sent === nth ? (junk as QueryResult<never>) : args.result),
+  };
+  return db.withPlugin(plugin);
+}
+
 /** What `executeQuery` may not answer: no result, no rows array, rows that are not rows, a row of another table. */
 const JUNK: readonly [string, unknown][] = [
   ['undefined', undefined],
@@ -32,6 +42,37 @@ const JUNK: readonly [string, unknown][] = [
   ["{ rows: 'x' }", { rows: 'x' }],
   ['{ rows: [1] }', { rows: [1] }],
   ['a row without the expected column', { rows: [{ other: '7' }] }],
+  // The columns the gate reads are text (the mark, PostgreSQL's transaction id), or any value (SQLite's accepted).
+  ['columns that are numbers or null', { rows: [{ txid: 7, accepted: null, last_token: 7 }] }],
+  ['columns that are bigints or undefined', { rows: [{ txid: 7n, accepted: undefined, last_token: 7n }] }],
+  [
+    'rows behind a Proxy that throws',
+    {
+      rows: new Proxy([], {
+        get() {
+          throw new Error('trap');
+        },
+      }),
+    },
+  ],
+  [
+    'a row behind a Proxy that throws',
+    {
+      rows: [
+        new Proxy(
+          {},
+          {
+            get() {
+              throw new Error('trap');
+            },
+            has() {
+              throw new Error('trap');
+            },
+          },
+        ),
+      ],
+    },
+  ],
 ];
 
 describe.each(ALL_KINDS)('an executeQuery that answers junk, on %s', (kind) => {
@@ -89,4 +130,33 @@ describe.each(ALL_KINDS)('an executeQuery that answers junk, on %s', (kind) => {
       field: 'db',
     });
   });
+
+  if (kind === 'postgres' || kind === 'pglite') {
+    it.each([
+      ['a number', { rows: [{ txid: 7 }] }],
+      ['no row', { rows: [] }],
+    ])(
+      'a transaction id read after the callback as %s is InvalidArgumentError, not a transaction it ended',
+      async (_, junk) => {
+        const r = fresh();
+        let ran = false;
+        // The guard (1st statement) answers for real; the callback sends none, so the 2nd is the id read before COMMIT.
+        const error = await rejection(
+          runFenced(
+            answeringNth(t.db, 2, junk),
+            r,
+            5n,
+            async () => {
+              ran = true;
+            },
+            options,
+          ),
+        );
+        expect(ran).toBe(true);
+        expect(error).toBeInstanceOf(InvalidArgumentError);
+        expect(error).toMatchObject({ code: 'INVALID_ARGUMENT', field: 'db' });
+        expect(await highWaterMark(t.db, r, options)).toBeNull();
+      },
+    );
+  }
 });
