@@ -1,5 +1,5 @@
-import { setMaxListeners } from 'node:events';
-import type { Clock } from '@dlock/core';
+import { getEventListeners } from 'node:events';
+import { type Clock, TransportError } from '@dlock/core';
 import type { MessageListener, RedisConnection, RedisSubscription } from './connection.js';
 import { keySlot } from './key-slot.js';
 import { messageText, normalizeReply } from './replies.js';
@@ -228,32 +228,75 @@ class NodeRedisSubscription implements RedisSubscription {
  */
 const UNSENT_ON_DROP = 'the connection to Redis dropped before the command was written (it did not run)';
 
+/** How many signals of answered commands a client keeps for its next commands (a burst's worth). */
+const SPARE_SIGNALS = 256;
+
 /**
- * One abort signal per node-redis client, shared by every command this adapter sends on it without a signal of its
- * own, and aborted when the client starts reconnecting: node-redis then takes the commands it has not written out of
- * its queue and rejects them. One 'reconnecting' listener per client however many services use it; a fresh signal
- * after each abort. Not free: node-redis adds an abort listener (with its own small records) for each command
- * queued with a signal and removes it when it writes the command, so an acquire+release cycle adds and removes two
- * (counted: 204 for 100 cycles), and a burst of n commands queued at once keeps n listeners on the one signal.
+ * One command sent with a signal of the adapter's, and that signal. node-redis adds an abort listener to the signal
+ * a command is queued with, and Node checks each new listener against all those already on a signal: one signal
+ * shared by a burst of n queued commands cost O(n²) (200 listeners on it for 200 concurrent acquires). So each
+ * command waiting to be written has a signal of its own, with node-redis's one listener on it. A signal costs a few
+ * microseconds to make, more than the rest of a send: once its command is answered (written, so node-redis let go
+ * of it), it and this record, its reactions included, serve a later command.
+ */
+class UnsentCommand {
+  readonly #controller = new AbortController();
+  /** What the command is sent with: one object for each of the commands this record serves. */
+  readonly options: { readonly abortSignal: AbortSignal } = { abortSignal: this.#controller.signal };
+
+  constructor(private readonly owner: UnsentCommands) {}
+
+  /** node-redis still listens on the signal only while the command waits to be written (it removes it on write). */
+  get unwritten(): boolean {
+    return getEventListeners(this.#controller.signal, 'abort').length > 0;
+  }
+
+  /** Takes the command out of node-redis's queue: its listener rejects the call (with its own AbortError). */
+  drop(): void {
+    this.#controller.abort(new TransportError(UNSENT_ON_DROP));
+  }
+
+  readonly answered = (reply: unknown): unknown => {
+    this.owner.settled(this, true);
+    return reply;
+  };
+
+  readonly failed = (error: unknown): never => {
+    this.owner.settled(this, false);
+    // Aborted only by `drop`, and then node-redis's rejection is the first and only one: the command never ran.
+    if (this.#controller.signal.aborted) throw new TransportError(UNSENT_ON_DROP, { cause: error });
+    throw error;
+  };
+}
+
+/**
+ * The commands this adapter sent on one node-redis client without a signal of their own, not yet answered. When the
+ * client starts reconnecting, those node-redis has not written yet are dropped: it takes them out of its queue and
+ * their callers get a `TransportError` saying why. One 'reconnecting' listener per client however many services use
+ * it.
  */
 class UnsentCommands {
-  #controller = new AbortController();
-  /** What every such command is sent with: one object until the next reconnect. */
-  options = UnsentCommands.#optionsOf(this.#controller);
+  readonly #pending = new Set<UnsentCommand>();
+  readonly #spare: UnsentCommand[] = [];
 
   constructor(client: NodeRedisClient) {
     client.on('reconnecting', () => {
-      const dropped = this.#controller;
-      this.#controller = new AbortController();
-      this.options = UnsentCommands.#optionsOf(this.#controller);
-      dropped.abort(new Error(UNSENT_ON_DROP));
+      // Commands written before the drop are not ours to fail: node-redis rejects them with the socket's error.
+      for (const command of this.#pending) if (command.unwritten) command.drop();
     });
   }
 
-  static #optionsOf(controller: AbortController): { readonly abortSignal: AbortSignal } {
-    // Every command waiting to be written listens on it: more than Node's default 10 is normal.
-    setMaxListeners(0, controller.signal);
-    return { abortSignal: controller.signal };
+  send(client: NodeRedisClient, args: readonly string[]): Promise<unknown> {
+    const command = this.#spare.pop() ?? new UnsentCommand(this);
+    const sent = client.sendCommand(args, command.options);
+    this.#pending.add(command);
+    return sent.then(command.answered, command.failed);
+  }
+
+  settled(command: UnsentCommand, answered: boolean): void {
+    this.#pending.delete(command);
+    // A failed command's signal may be aborted, or still carry a listener node-redis left (its timeout path).
+    if (answered && this.#spare.length < SPARE_SIGNALS) this.#spare.push(command);
   }
 }
 
@@ -284,16 +327,14 @@ export class NodeRedisConnection implements RedisConnection {
   }
 
   /**
-   * node-redis' own promise, raw: no layer of ours between the reply and the script runner (which normalizes). A
-   * call without a signal of its own (a Redlock round's ends with the round) gets the client's shared one, so that
-   * it is never written after a reconnect (see {@link UnsentCommands}).
+   * node-redis' own promise, raw, for a call with a signal of its own (a Redlock round's ends with the round). A call
+   * without one gets one of the adapter's, so that it is never written after a reconnect (see {@link UnsentCommands}):
+   * its one layer passes the reply on untouched (the script runner normalizes it).
    */
   send(args: readonly string[], _key: string | undefined, signal?: AbortSignal): Promise<unknown> {
     try {
-      return this.client.sendCommand(
-        args,
-        signal === undefined ? this.#unsent.options : { abortSignal: signal },
-      );
+      if (signal === undefined) return this.#unsent.send(this.client, args);
+      return this.client.sendCommand(args, { abortSignal: signal });
     } catch (error) {
       return Promise.reject(error);
     }
