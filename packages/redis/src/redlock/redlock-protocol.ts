@@ -304,11 +304,12 @@ export class QuorumLock {
       fencingToken: lease.fencingToken,
       ttlMs,
     }));
-    const calls: Promise<readonly NodeRenewReply[]>[] = [];
+    // Keyed by node: a call that throws before returning its promise has no entry, and shifts nobody's answers.
+    const calls = new Map<number, Promise<readonly NodeRenewReply[]>>();
     const outcomes = await this.#round<readonly NodeRenewReply[]>(
-      (node, s) => {
+      (node, s, index) => {
         const call = node.renew(items, s);
-        calls.push(call);
+        calls.set(index, call);
         return call;
       },
       (results) => items.every((_, i) => decideRenewal(results, i, n, q) !== UNDECIDED),
@@ -353,11 +354,11 @@ export class QuorumLock {
   }
 
   #round<T>(
-    call: (node: RedlockNode, signal: AbortSignal) => Promise<T>,
+    call: (node: RedlockNode, signal: AbortSignal, index: number) => Promise<T>,
     decided: (outcomes: readonly Outcome<T>[]) => boolean,
     signal?: AbortSignal,
   ): Promise<Outcome<T>[]> {
-    return runRound<T>(this.#nodes.length, (i, s) => call(this.#nodes[i] as RedlockNode, s), {
+    return runRound<T>(this.#nodes.length, (i, s) => call(this.#nodes[i] as RedlockNode, s, i), {
       deadlines: this.#deadlines,
       decided,
       signal,
