@@ -23,6 +23,7 @@ export function attributesFor(
   }
   if (typeof mapped !== 'string') return attributes;
   attributes[ATTRIBUTES.name] = mapped;
-  if (slot !== undefined) attributes[ATTRIBUTES.slot] = slot;
+  // A stream other than core's may hand a slot of NaN: it would label every point of that permit NaN.
+  if (typeof slot === 'number' && Number.isFinite(slot)) attributes[ATTRIBUTES.slot] = slot;
   return attributes;
 }

@@ -363,6 +363,12 @@ function pastSpan(
   attributes: Attributes,
 ): Span {
   if (!isTime(durationMs)) throw new TypeError(`a duration of ${junkText(durationMs)} ms: span not recorded`);
+  // The event's other numbers (held_ms, ttl_ms, attempts) come from the stream too: NaN would be exported as is.
+  for (const [key, value] of Object.entries(attributes)) {
+    if (typeof value === 'number' && !Number.isFinite(value)) {
+      throw new TypeError(`${key} of ${value}: span not recorded`);
+    }
+  }
   return tracer.startSpan(
     name,
     { kind: SpanKind.INTERNAL, startTime: endTime - durationMs, attributes },

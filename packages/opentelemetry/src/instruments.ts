@@ -69,7 +69,14 @@ export function brokenInstrument(instruments: Instruments): string | undefined {
   for (const [key, name, method] of needs) {
     const instrument: unknown = instruments[key];
     if (typeof instrument !== 'object' || instrument === null) return `${name} (${typeof instrument})`;
-    if (typeof (instrument as Record<string, unknown>)[method] !== 'function') return `${name}.${method}()`;
+    let recorder: unknown;
+    try {
+      recorder = (instrument as Record<string, unknown>)[method];
+    } catch {
+      // A getter or a Proxy's trap that throws would throw at every record too.
+      return `${name}.${method}() (reading it threw)`;
+    }
+    if (typeof recorder !== 'function') return `${name}.${method}()`;
   }
   return undefined;
 }

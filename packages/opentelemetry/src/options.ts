@@ -40,11 +40,13 @@ export interface ResolvedOptions {
 const KEYS = ['meterProvider', 'tracerProvider', 'nameAttribute', 'clock'];
 
 function hasMethod(value: unknown, method: string): boolean {
-  return (
-    typeof value === 'object' &&
-    value !== null &&
-    typeof (value as Record<string, unknown>)[method] === 'function'
-  );
+  if (typeof value !== 'object' || value === null) return false;
+  try {
+    return typeof (value as Record<string, unknown>)[method] === 'function';
+  } catch {
+    // A getter (or a Proxy's trap) that throws: no method to call, and its error would not say which option.
+    return false;
+  }
 }
 
 export function resolveOptions(options: InstrumentOptions | undefined): ResolvedOptions {

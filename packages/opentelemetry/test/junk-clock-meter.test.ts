@@ -95,12 +95,59 @@ describe('a meter whose instruments cannot record', () => {
       ['counters without add', meterWith({ record }, {})],
       ['record not a function', meterWith({ record: 1 }, { add })],
       ['instruments undefined', meterWith(undefined, undefined)],
+      [
+        'record a getter that throws',
+        meterWith(
+          Object.defineProperty({}, 'record', {
+            get() {
+              throw new Error('getter broke');
+            },
+          }),
+          { add },
+        ),
+      ],
+      [
+        'instruments behind a Proxy that throws',
+        meterWith(
+          new Proxy(
+            {},
+            {
+              get() {
+                throw new Error('trap broke');
+              },
+            },
+          ),
+          { add },
+        ),
+      ],
     ];
     for (const [label, meterProvider] of meters) {
       const error = thrownBy(() => instrument(client, { meterProvider, tracerProvider }));
       expect(error, label).toBeInstanceOf(InvalidArgumentError);
       expect(error, label).toMatchObject({ field: 'options.meterProvider' });
       for (const type of EVENTS) expect(client.events.listens(type), `${label} ${type}`).toBe(false);
+    }
+  });
+
+  it('options whose getMeter, getTracer or now is a getter that throws are refused as such, not with its error', () => {
+    const { client, uninstrument, meterProvider, tracerProvider, clock } = setup();
+    uninstrument();
+    const throwing = (method: string) =>
+      Object.defineProperty({}, method, {
+        get() {
+          throw new Error(`${method} getter broke`);
+        },
+      });
+    const cases: [string, Record<string, unknown>][] = [
+      ['options.meterProvider', { meterProvider: throwing('getMeter'), tracerProvider, clock }],
+      ['options.tracerProvider', { meterProvider, tracerProvider: throwing('getTracer'), clock }],
+      ['options.clock', { meterProvider, tracerProvider, clock: throwing('now') }],
+    ];
+    for (const [field, options] of cases) {
+      const error = thrownBy(() => instrument(client, options as never));
+      expect(error, field).toBeInstanceOf(InvalidArgumentError);
+      expect(error, field).toMatchObject({ field });
+      for (const type of EVENTS) expect(client.events.listens(type), `${field} ${type}`).toBe(false);
     }
   });
 
@@ -153,6 +200,59 @@ describe('durations that are not numbers', () => {
       expect(spans()).toEqual([]);
       // The hold was still counted and taken off again: only the points that had no number were dropped.
       expect(await points(M.held)).toEqual([{ attributes: { 'dlock.kind': 'lock' }, value: 0 }]);
+      expect(errors).toHaveBeenCalled();
+    } finally {
+      errors.mockRestore();
+    }
+  });
+
+  it('a number the spans or metrics carry that is not finite costs its span, and leaves no NaN attribute', async () => {
+    const listeners = new Map<string, (event: unknown) => void>();
+    const stream = {
+      events: {
+        on: (type: string, listener: (event: unknown) => void) => {
+          listeners.set(type, listener);
+          return () => listeners.delete(type);
+        },
+      },
+    };
+    const harness = setup();
+    harness.uninstrument();
+    const { metrics, spans, meterProvider, tracerProvider } = harness;
+    const clock = new FakeClock({ seed: 1 });
+    const errors = vi.spyOn(diag, 'error').mockImplementation(() => undefined);
+    try {
+      instrument(stream as never, { meterProvider, tracerProvider, clock, nameAttribute: (name) => name });
+      const grant = { kind: 'lock', name: 'a', attempts: 1, ttlMs: TTL, reentered: false, waitedMs: 5 };
+      const emit = (type: string, event: object) => listeners.get(type)?.(event);
+      // Each event has sound durations for its points and span times; one other number is junk.
+      emit('acquired', { ...grant, fencingToken: 1n, ttlMs: Number.NaN });
+      emit('acquired', { ...grant, fencingToken: 2n, attempts: Number.POSITIVE_INFINITY });
+      emit('acquired', { ...grant, kind: 'permit', slot: Number.NaN, fencingToken: 3n });
+      emit('acquire-failed', {
+        kind: 'lock',
+        name: 'a',
+        outcome: 'timeout',
+        waitedMs: 5,
+        attempts: Number.NaN,
+      });
+      emit('released', {
+        ...grant,
+        fencingToken: 1n,
+        heldMs: Number.NaN,
+        releaseMs: 5,
+        result: 'deleted',
+      });
+      const numbers: unknown[] = [];
+      for (const span of spans()) numbers.push(...Object.values(span.attributes));
+      for (const metric of (await metrics()).values()) {
+        for (const point of metric.dataPoints) numbers.push(...Object.values(point.attributes));
+      }
+      expect(numbers.filter((value) => typeof value === 'number' && !Number.isFinite(value))).toEqual([]);
+      // The permit's slot goes: its span and points are recorded without it.
+      expect(spans().map((span) => [span.attributes['dlock.kind'], span.attributes['dlock.slot']])).toEqual([
+        ['permit', undefined],
+      ]);
       expect(errors).toHaveBeenCalled();
     } finally {
       errors.mockRestore();
