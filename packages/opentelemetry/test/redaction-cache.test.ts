@@ -52,4 +52,19 @@ describe('redaction patterns are built once per name', () => {
     expect(await failOnce(harness, 'batch:39')).toBe('acquire "<lock>" did not answer within 1000 ms');
     expect(built.mock.calls.map(([n]) => n)).toEqual(['invoice:1']);
   });
+
+  it('a name used again is kept past names older than its last use, not dropped by when it was first built', async () => {
+    const built = vi.mocked(nameRedactor);
+    const harness = setup();
+    harness.faulty.partition('hang');
+    await failOnce(harness, 'keep');
+    for (let i = 1; i <= 31; i++) await failOnce(harness, `batch:${i}`);
+    // The cache is full, 'keep' the first built; used now, it is the most recent.
+    await failOnce(harness, 'keep');
+    await failOnce(harness, 'batch:32');
+    built.mockClear();
+    expect(await failOnce(harness, 'keep')).toBe('acquire "<lock>" did not answer within 1000 ms');
+    expect(await failOnce(harness, 'batch:1')).toBe('acquire "<lock>" did not answer within 1000 ms');
+    expect(built.mock.calls.map(([n]) => n)).toEqual(['batch:1']);
+  });
 });
