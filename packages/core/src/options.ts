@@ -160,6 +160,26 @@ export function validateName(name: unknown, field = 'name'): string {
   return name;
 }
 
+/** The most UTF-16 code units an owner id may have. */
+const MAX_OWNER_ID_LENGTH = 256;
+
+/**
+ * Checks an owner id as the client does and returns it: a string of 1 to {@link MAX_OWNER_ID_LENGTH} UTF-16 code
+ * units with no lone surrogate. Throws `InvalidArgumentError` naming `field` otherwise. A backend called directly
+ * checks `request.ownerId` with this, so that every backend accepts exactly the owner ids `LockClient` does.
+ */
+export function validateOwnerId(ownerId: unknown, field: string): string {
+  check(typeof ownerId === 'string', field, () => `must be a string, got ${describe(ownerId)}`);
+  check(
+    ownerId.length > 0 && ownerId.length <= MAX_OWNER_ID_LENGTH,
+    field,
+    () => `must be 1 to ${MAX_OWNER_ID_LENGTH} UTF-16 code units long, got ${ownerId.length}`,
+  );
+  // A lone surrogate has no UTF-8 form: stored, it comes back as U+FFFD, an owner id nobody has.
+  check(!/\p{Cs}/u.test(ownerId), field, 'must be well-formed Unicode (no lone surrogates)');
+  return ownerId;
+}
+
 function validateClock(value: unknown): Clock {
   check(isObject(value), 'options.clock', 'must be a Clock object');
   for (const fn of ['now', 'monotonic', 'sleep', 'random']) {
@@ -191,14 +211,7 @@ export function resolveClientOptions(
   return {
     clock: optional(o['clock'], defaults.clock, validateClock),
     ownerId:
-      optional(o['ownerId'], undefined, (v) => {
-        check(
-          typeof v === 'string' && v.length > 0 && v.length <= 256,
-          'options.ownerId',
-          'must be a string of 1 to 256 characters',
-        );
-        return v;
-      }) ?? defaults.ownerId(),
+      optional(o['ownerId'], undefined, (v) => validateOwnerId(v, 'options.ownerId')) ?? defaults.ownerId(),
     // Above 0.5 more than half of every lease would be thrown away: almost certainly a unit mistake.
     driftFactor: optional(o['driftFactor'], 0.01, (v) => numberIn(v, 'options.driftFactor', 0, 0.5, false)),
     renewFailBudget: optional(o['renewFailBudget'], Number.POSITIVE_INFINITY, (v) =>

@@ -1,4 +1,6 @@
 import { InvalidArgumentError, LockClient, MemoryLockService } from '@dlock/core';
+import { validateOwnerId } from '@dlock/core/adapter';
+import { FakeClock } from '@dlock/testing';
 import { describe, expect, it } from 'vitest';
 import { harness } from './harness.js';
 
@@ -144,5 +146,53 @@ describe('MemoryLockService called directly checks a semaphore limit', () => {
     }
     // Nothing was taken or remembered: a limit of 2 is the semaphore's first.
     expect(await memory.inspectPermits('s', 2)).toEqual({ permits: 2, held: [], waiters: 0 });
+  });
+});
+
+describe('owner ids: one rule for LockClient and for a service called directly', () => {
+  // A lone surrogate has no UTF-8 form: a backend stored 'host\ud800:1' and inspect answered 'host\ufffd:1', an
+  // owner id nobody has.
+  const badOwnerIds: [string, unknown][] = [
+    ['empty', ''],
+    ['a lone surrogate', 'host\uD800:1'],
+    ['257 UTF-16 units', 'o'.repeat(257)],
+    ['a number', 42],
+  ];
+
+  for (const [label, ownerId] of badOwnerIds) {
+    it(`LockClient refuses an ownerId that is ${label} at construction`, () => {
+      const clock = new FakeClock();
+      const memory = new MemoryLockService({ clock });
+      expect(() => new LockClient(memory, { clock, ownerId: ownerId as string })).toThrow(
+        expect.objectContaining({ code: 'INVALID_ARGUMENT', field: 'options.ownerId' }),
+      );
+      expect(() => validateOwnerId(ownerId, 'ownerId')).toThrow(InvalidArgumentError);
+    });
+
+    it(`MemoryLockService refuses an owner id that is ${label} on acquire and acquirePermit, taking nothing`, async () => {
+      const clock = new FakeClock();
+      const memory = new MemoryLockService({ clock });
+      const ask = {
+        name: 'a',
+        ownerId: ownerId as string,
+        ttlMs: 1_000,
+        waitMs: 0,
+        signal: new AbortController().signal,
+      };
+      const invalid = { code: 'INVALID_ARGUMENT', field: 'request.ownerId' };
+      await expect(memory.acquire(ask)).rejects.toMatchObject(invalid);
+      await expect(memory.acquirePermit({ ...ask, permits: 1 })).rejects.toMatchObject(invalid);
+      expect(await memory.inspect('a')).toEqual({ held: false });
+      expect(await memory.availablePermits('a', 1)).toBe(1);
+    });
+  }
+
+  it('accepts 1 and 256 UTF-16 units, astral characters included', async () => {
+    const clock = new FakeClock();
+    const memory = new MemoryLockService({ clock });
+    for (const ownerId of ['o', 'o'.repeat(256), '🔒'.repeat(128)]) {
+      expect(new LockClient(memory, { clock, ownerId }).ownerId).toBe(ownerId);
+      expect(validateOwnerId(ownerId, 'ownerId')).toBe(ownerId);
+    }
   });
 });

@@ -15,7 +15,7 @@ export { textOf } from '../errors.js';
 export { callSubscriber } from '../events.js';
 export { Link, LinkedSet } from '../linked-set.js';
 export { closestKey, rejectUnknownKeys } from '../option-keys.js';
-export { validateMetadata } from '../options.js';
+export { validateMetadata, validateOwnerId } from '../options.js';
 export {
   acquireInQueue,
   BackgroundRetries,

@@ -3,7 +3,7 @@ import { type Clock, systemClock } from '../clock.js';
 import { InvalidArgumentError } from '../errors.js';
 import { callSubscriber } from '../events.js';
 import { rejectUnknownKeys } from '../option-keys.js';
-import { validateMetadata, validateName } from '../options.js';
+import { validateMetadata, validateName, validateOwnerId } from '../options.js';
 import { acquireInQueue } from '../queue/acquire-in-queue.js';
 import { BackgroundRetries } from '../queue/background-retries.js';
 import { validatePermits } from '../semaphore/options.js';
@@ -42,8 +42,9 @@ export interface MemoryLockServiceOptions {
  * Tokens come from one counter for all names, so they are increasing per name and never reused within the
  * lifetime of the service object.
  *
- * Called directly, it refuses the names, metadata and limits a `LockClient` would refuse, with `InvalidArgumentError`
- * before any state changes, as every backend does: a test that passes against it must not fail against a real one.
+ * Called directly, it refuses the names, owner ids, metadata and limits a `LockClient` would refuse, with
+ * `InvalidArgumentError` before any state changes, as every backend does: a test that passes against it must not fail
+ * against a real one.
  */
 export class MemoryLockService implements LockService {
   readonly #clock: Clock;
@@ -222,8 +223,9 @@ function subscribe(map: Map<string, Set<() => void>>, name: string, callback: ()
   };
 }
 
-/** The request's name and metadata as core checks them for a `LockClient`. */
+/** The request's name, owner id and metadata as core checks them for a `LockClient`. */
 function validateRequest(request: AcquireRequest): void {
   validateName(request.name, 'request.name');
+  validateOwnerId(request.ownerId, 'request.ownerId');
   if (request.metadata !== undefined) validateMetadata(request.metadata, 'request.metadata');
 }
