@@ -264,5 +264,17 @@ export const CLIENT_METHODS = [
  */
 export function missingMethods(value: unknown): readonly string[] {
   if (typeof value !== 'object' || value === null) return CLIENT_METHODS;
-  return CLIENT_METHODS.filter((m) => typeof Reflect.get(value, m) !== 'function');
+  return CLIENT_METHODS.filter((m) => !hasMethod(value, m));
+}
+
+/**
+ * Whether `value[name]` is a function. A getter that throws (a Proxy's trap, a revoked Proxy) counts as no method:
+ * its error would reach the caller of the constructor instead of the InvalidArgumentError naming the option.
+ */
+export function hasMethod(value: object, name: string): boolean {
+  try {
+    return typeof Reflect.get(value, name) === 'function';
+  } catch {
+    return false;
+  }
 }

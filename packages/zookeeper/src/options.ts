@@ -1,6 +1,6 @@
 import { type Clock, InvalidArgumentError, MAX_TIMER_MS, systemClock } from '@dlock/core';
 import { rejectUnknownKeys } from '@dlock/core/adapter';
-import { CLIENT_METHODS, missingMethods, type ZooKeeperClientLike } from './client-like.js';
+import { CLIENT_METHODS, hasMethod, missingMethods, type ZooKeeperClientLike } from './client-like.js';
 import { validRoot } from './keys.js';
 
 /** The options both forms of {@link ZooKeeperLockServiceOptions} share. */
@@ -87,11 +87,21 @@ function integerIn(value: unknown, field: string, min: number, max: number): num
   return value;
 }
 
+/**
+ * A value that is not an object, for a message: a primitive as it prints, a function by its type only (its own
+ * toString may throw or run caller code).
+ */
+function describe(value: unknown): string {
+  if (value === null) return 'null';
+  if (typeof value === 'function') return 'a function';
+  return `${typeof value} ${String(value)}`;
+}
+
 function isClock(value: unknown): value is Clock {
   return (
     typeof value === 'object' &&
     value !== null &&
-    ['now', 'monotonic', 'sleep', 'random'].every((m) => typeof Reflect.get(value, m) === 'function')
+    ['now', 'monotonic', 'sleep', 'random'].every((m) => hasMethod(value, m))
   );
 }
 
@@ -112,7 +122,7 @@ export function resolveOptions(options: unknown): ResolvedOptions {
       `must be a node-zookeeper-client Client (or an object with its methods ${CLIENT_METHODS.join(', ')}); ${
         typeof client === 'object' && client !== null
           ? `the one passed lacks ${missing.join(', ')}`
-          : `got ${client === null ? 'null' : `${typeof client} ${String(client)}`}`
+          : `got ${describe(client)}`
       }`,
     );
     check(

@@ -75,3 +75,52 @@ describe('a client the service cannot use', () => {
     await accepted.close();
   });
 });
+
+describe('a client or clock that cannot be read', () => {
+  it('is refused at construction with InvalidArgumentError, not the error its getter throws', () => {
+    // A real node-zookeeper-client client, never connected: construction does no I/O.
+    const real = zookeeper.createClient(ZK_CONNECT, { sessionTimeout: 10_000 });
+    const refusal = (options: object): unknown => {
+      try {
+        new ZooKeeperLockService(options as ConstructorParameters<typeof ZooKeeperLockService>[0]);
+      } catch (error) {
+        return error;
+      }
+      return undefined;
+    };
+    const throwingGetACL = new Proxy(real, {
+      get: (target, property) => {
+        if (property === 'getACL') throw new Error('get trap');
+        return Reflect.get(target, property);
+      },
+    });
+    const revoked = Proxy.revocable(real, {});
+    revoked.revoke();
+    // Not an object: described by its type, never by its own toString (which may throw).
+    const callable = Object.assign(() => {}, {
+      toString: (): string => {
+        throw new Error('toString');
+      },
+    });
+    for (const client of [throwingGetACL, revoked.proxy, callable]) {
+      expect.soft(refusal({ client, keyPrefix: ROOT })).toMatchObject({
+        code: 'INVALID_ARGUMENT',
+        field: 'options.client',
+      });
+    }
+    const throwingClock = new Proxy(
+      {},
+      {
+        get: () => {
+          throw new Error('clock trap');
+        },
+      },
+    );
+    expect
+      .soft(refusal({ client: real, keyPrefix: ROOT, clock: throwingClock }))
+      .toMatchObject({ code: 'INVALID_ARGUMENT', field: 'options.clock' });
+    expect(String((refusal({ client: throwingGetACL, keyPrefix: ROOT }) as Error).message)).toContain(
+      'lacks getACL',
+    );
+  });
+});
