@@ -9,6 +9,7 @@ import {
 } from '@dlock/fencing-common';
 import { CompiledQuery, type Kysely, type Transaction } from 'kysely';
 import type { FencingDialect, FencingDialectSql } from './dialect/dialect.js';
+import { isKyselyLike } from './options.js';
 
 /** The transaction id the first guard in a transaction reported (PostgreSQL), until `runFenced` commits it. */
 const guardTransactionIds = new WeakMap<object, string>();
@@ -57,32 +58,100 @@ export function kyselyDriver<DB>(
       readMark(trx, sql.lockedHighWaterMark, resourceParameter(dialect, call.resource), field),
     classify: (error) => dialect.classify(error),
     transaction(db, call, body) {
-      const builder =
-        call.isolationLevel === undefined
-          ? db.transaction()
-          : db.transaction().setIsolationLevel(call.isolationLevel);
-      // Kysely commits when `body` resolves and rolls back when it rejects; the gate only makes sure, before that
-      // commit, that the transaction is still the one it fenced.
-      return builder
-        .execute(async (trx) => {
-          const check = dialect.sameTransaction;
+      // What became of the fenced work. A handle that passed the shape check can still answer anything from
+      // transaction(): an execute() that resolved without running it, or though it failed (a refused token), would
+      // have runFenced resolve as if the fenced work had run.
+      let done: { readonly value: Awaited<ReturnType<typeof body>> } | undefined;
+      let failure: { readonly error: unknown } | undefined;
+      const fenced = async (trx: Transaction<DB>) => {
+        if (!isKyselyLike(trx)) {
+          throw new InvalidArgumentError(
+            field,
+            'called back from transaction().execute() without a Transaction',
+          );
+        }
+        const check = dialect.sameTransaction;
+        guardTransactionIds.delete(trx);
+        try {
           if (check.kind === 'savepoint') await trx.executeQuery(CompiledQuery.raw(check.set));
+          const value = await body(trx);
+          await confirmSameTransaction(dialect, trx, call, field);
+          done = { value };
+          return value;
+        } catch (error) {
+          failure = { error };
+          throw error;
+        } finally {
           guardTransactionIds.delete(trx);
-          try {
-            const value = await body(trx);
-            await confirmSameTransaction(dialect, trx, call, field);
-            return value;
-          } finally {
-            guardTransactionIds.delete(trx);
-          }
-        })
-        .catch((error: unknown) => {
+        }
+      };
+      let pending: unknown;
+      try {
+        pending = execute(db.transaction(), call, fenced, field);
+      } catch (error) {
+        return Promise.reject(error);
+      }
+      // Kysely commits when `fenced` resolves and rolls back when it rejects; the gate only makes sure, before that
+      // commit, that the transaction is still the one it fenced.
+      return Promise.resolve(pending).then(
+        () => {
+          if (done !== undefined) return done.value;
+          throw new InvalidArgumentError(
+            field,
+            failure === undefined
+              ? 'answered transaction().execute() without running the fenced work in it'
+              : `answered transaction().execute() by resolving though the fenced work failed (${describeError(failure.error)}): it must reject and roll back`,
+          );
+        },
+        (error: unknown) => {
           if (typeof error === 'object' && error !== null && KYSELY_ABORTED in error)
             throw rolledBackError(call.resource, error);
           throw error;
-        });
+        },
+      );
     },
   };
+}
+
+/**
+ * `builder.execute(fenced)`, with the isolation level `call` asks for; `InvalidArgumentError` (`field`) when what
+ * `transaction()` answered has not the methods of Kysely's transaction builder.
+ */
+function execute<DB>(
+  builder: unknown,
+  call: FenceCall,
+  fenced: (trx: Transaction<DB>) => Promise<unknown>,
+  field: string,
+): unknown {
+  type Builder = {
+    setIsolationLevel?: unknown;
+    execute?: unknown;
+  };
+  const junk = (what: string) =>
+    new InvalidArgumentError(
+      field,
+      `answered transaction() with ${what}: it must be Kysely's transaction builder`,
+    );
+  if (typeof builder !== 'object' || builder === null) throw junk(builder === null ? 'null' : typeof builder);
+  let set = builder as Builder;
+  if (call.isolationLevel !== undefined) {
+    if (typeof set.setIsolationLevel !== 'function') throw junk('no setIsolationLevel()');
+    const configured: unknown = (set.setIsolationLevel as (level: string) => unknown).call(
+      set,
+      call.isolationLevel,
+    );
+    if (typeof configured !== 'object' || configured === null)
+      throw junk('a setIsolationLevel() that answered junk');
+    set = configured as Builder;
+  }
+  if (typeof set.execute !== 'function') throw junk('no execute()');
+  return (set.execute as (callback: typeof fenced) => unknown).call(set, fenced);
+}
+
+/** A short text of what the fenced work failed with, for the error that says a handle resolved all the same. */
+function describeError(error: unknown): string {
+  const text = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+  return text.length > 200 ? `${text.slice(0, 200)}…` : text;
 }
 
 /** How a callback can end the fenced transaction through Kysely, for {@link transactionEndedError}. */

@@ -197,7 +197,8 @@ export function assertKysely(db: unknown, field: string): void {
   if (!isKyselyLike(db)) throw new InvalidArgumentError(field, 'must be a Kysely instance or Transaction');
 }
 
-function isKyselyLike(db: unknown): boolean {
+/** Has the members of a Kysely instance or Transaction the gate calls; a getter that throws has not. */
+export function isKyselyLike(db: unknown): boolean {
   if (typeof db !== 'object' || db === null) return false;
   try {
     const handle = db as Partial<

@@ -159,4 +159,83 @@ describe.each(ALL_KINDS)('an executeQuery that answers junk, on %s', (kind) => {
       },
     );
   }
+
+  /**
+   * The real instance behind a handle that passes the shape check but whose `transaction()` answers `junk`: every
+   * other member is the real one, so the dialect is detected and a statement would reach the database.
+   */
+  const withTransaction = (transaction: () => unknown): Kysely<unknown> =>
+    ({
+      executeQuery: t.db.executeQuery.bind(t.db),
+      getExecutor: t.db.getExecutor.bind(t.db),
+      isTransaction: false,
+      transaction,
+    }) as unknown as Kysely<unknown>;
+  const TRANSACTIONS: readonly [string, () => unknown][] = [
+    ['undefined', () => undefined],
+    ['a builder without execute', () => ({})],
+    ['an execute that answers a value, not a promise', () => ({ execute: () => 'done' })],
+    ['an execute that resolves without running the gate', () => ({ execute: async () => 'done' })],
+    [
+      'an execute that hands the gate no transaction',
+      () => ({ execute: (body: (trx: unknown) => unknown) => body(undefined) }),
+    ],
+    [
+      'an execute that resolves though the fenced work failed',
+      () => ({
+        execute: (body: (trx: unknown) => Promise<unknown>) =>
+          t.db.transaction().execute((trx) => body(trx).catch(() => 'swallowed')),
+      }),
+    ],
+  ];
+
+  it.each(TRANSACTIONS)(
+    'a transaction() that answers %s: runFenced rejects with InvalidArgumentError (db)',
+    async (label, transaction) => {
+      const r = fresh();
+      // A stale token: the gate refuses it, so only a swallowed refusal could look like success.
+      await runFenced(t.db, r, 9n, async () => undefined, options);
+      let ran = false;
+      const error = await rejection(
+        runFenced(
+          withTransaction(transaction),
+          r,
+          5n,
+          async (trx) => {
+            ran = true;
+            await writes.insert(trx, r, 5n);
+          },
+          options,
+        ),
+      );
+      expect(error, label).toBeInstanceOf(InvalidArgumentError);
+      expect(error, label).toMatchObject({ code: 'INVALID_ARGUMENT', field: 'db' });
+      expect(ran, label).toBe(false);
+      expect(await highWaterMark(t.db, r, options)).toBe(9n);
+      expect(await writes.tokens(t.db, r)).toEqual([]);
+    },
+  );
+
+  if (kind !== 'sqlite') {
+    it('a transaction() whose builder has no setIsolationLevel, with isolationLevel set: InvalidArgumentError (db)', async () => {
+      const r = fresh();
+      let ran = false;
+      const error = await rejection(
+        runFenced(
+          withTransaction(() => ({ execute: async () => 'done' })),
+          r,
+          5n,
+          async () => {
+            ran = true;
+          },
+          { ...options, isolationLevel: 'serializable' },
+        ),
+      );
+      expect(error).toBeInstanceOf(InvalidArgumentError);
+      expect(error).toMatchObject({ code: 'INVALID_ARGUMENT', field: 'db' });
+      expect((error as Error).message).toMatch(/setIsolationLevel/);
+      expect(ran).toBe(false);
+      expect(await highWaterMark(t.db, r, options)).toBeNull();
+    });
+  }
 });
