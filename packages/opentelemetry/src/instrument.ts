@@ -13,6 +13,7 @@ import {
   context,
   createNoopMeter,
   diag,
+  type Meter,
   type MeterProvider,
   metrics,
   type Span,
@@ -285,14 +286,21 @@ function meterInstruments(provider: MeterProvider | undefined): () => Instrument
     if (registered !== undefined) return registered;
     const global = metrics.getMeterProvider();
     if (noop?.provider === global) return noop.instruments;
-    const meter = global.getMeter(SCOPE);
-    let instruments = createInstruments(meter);
-    const broken = brokenInstrument(instruments);
-    if (broken !== undefined) {
+    let meter: unknown;
+    let instruments: Instruments | undefined;
+    let broken: string | undefined;
+    try {
+      meter = global.getMeter(SCOPE);
+      instruments = createInstruments(meter as Meter);
+      broken = brokenInstrument(instruments);
+      if (broken !== undefined) broken = `${broken} is missing`;
+    } catch (error) {
+      // A getMeter() that throws, or a meter that cannot make the instruments, fails the same way at every event.
+      broken = `getMeter() gave no meter that makes the instruments (${textOf(error).slice(0, 200)})`;
+    }
+    if (broken !== undefined || instruments === undefined) {
       // Registered after instrument() looked, so only diag can be told: once per provider, not at every event.
-      diag.error(
-        `@dlock/opentelemetry: the global MeterProvider's ${broken} is missing; no metric is recorded`,
-      );
+      diag.error(`@dlock/opentelemetry: the global MeterProvider's ${broken}; no metric is recorded`);
       instruments = createInstruments(createNoopMeter());
       noop = { provider: global, instruments };
     } else if (meter instanceof NoopMeter) noop = { provider: global, instruments };

@@ -173,6 +173,38 @@ describe('a meter whose instruments cannot record', () => {
   });
 });
 
+describe('a global provider that yields no meter', () => {
+  const providers: [string, MeterProvider][] = [
+    [
+      'a getMeter that throws',
+      {
+        getMeter: () => {
+          throw new Error('no meter');
+        },
+      },
+    ],
+    ['a meter without createHistogram', { getMeter: () => ({}) as Meter }],
+    ['getMeter answering undefined', { getMeter: () => undefined as unknown as Meter }],
+  ];
+  it.each(providers)('%s: one diag error saying so, not one per record', async (_, provider) => {
+    const harness = setup();
+    harness.uninstrument();
+    const { client, tracerProvider } = harness;
+    const errors = vi.spyOn(diag, 'error').mockImplementation(() => undefined);
+    metrics.setGlobalMeterProvider(provider);
+    try {
+      instrument(client, { tracerProvider });
+      for (let i = 0; i < 3; i++) await (await client.acquire('a', { ttlMs: TTL })).release();
+      expect(errors.mock.calls.map((args) => String(args[0]))).toEqual([
+        expect.stringMatching(/global MeterProvider/),
+      ]);
+    } finally {
+      metrics.disable();
+      errors.mockRestore();
+    }
+  });
+});
+
 describe('durations that are not numbers', () => {
   it('an event from a stream other than core whose durations are NaN records no NaN', async () => {
     const listeners = new Map<string, (event: unknown) => void>();
