@@ -320,7 +320,14 @@ function tracerOf(provider: TracerProvider): Tracer {
       `getTracer() threw: ${textOf(error).slice(0, 200)}`,
     );
   }
-  if (typeof tracer !== 'object' || tracer === null || typeof (tracer as Tracer).startSpan !== 'function') {
+  let startSpan: unknown;
+  try {
+    startSpan = typeof tracer === 'object' && tracer !== null ? (tracer as Tracer).startSpan : undefined;
+  } catch {
+    // A getter (or a Proxy's trap) that throws: no startSpan to call, and its error would not name the option.
+    startSpan = undefined;
+  }
+  if (typeof startSpan !== 'function') {
     throw new InvalidArgumentError('options.tracerProvider', 'getTracer() must return a Tracer (startSpan)');
   }
   return tracer as Tracer;

@@ -129,7 +129,7 @@ describe('a meter whose instruments cannot record', () => {
     }
   });
 
-  it('options whose getMeter, getTracer or now is a getter that throws are refused as such, not with its error', () => {
+  it("options whose getMeter, getTracer, a tracer's startSpan or now is a getter that throws are refused as such", () => {
     const { client, uninstrument, meterProvider, tracerProvider, clock } = setup();
     uninstrument();
     const throwing = (method: string) =>
@@ -142,6 +142,10 @@ describe('a meter whose instruments cannot record', () => {
       ['options.meterProvider', { meterProvider: throwing('getMeter'), tracerProvider, clock }],
       ['options.tracerProvider', { meterProvider, tracerProvider: throwing('getTracer'), clock }],
       ['options.clock', { meterProvider, tracerProvider, clock: throwing('now') }],
+      [
+        'options.tracerProvider',
+        { meterProvider, tracerProvider: { getTracer: () => throwing('startSpan') }, clock },
+      ],
     ];
     for (const [field, options] of cases) {
       const error = thrownBy(() => instrument(client, options as never));
