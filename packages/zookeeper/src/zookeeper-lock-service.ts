@@ -17,6 +17,7 @@ import {
   CallDeadlines,
   type QueueTools,
   validateMetadata,
+  validateOwnerId,
   validatePermits,
 } from '@dlock/core/adapter';
 import { ZooKeeperServiceClosedError } from './errors.js';
@@ -191,6 +192,7 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
   async acquire(request: AcquireRequest): Promise<AcquireResult> {
     this.#assertOpen();
     validateName(request.name, 'request.name');
+    validateOwnerId(request.ownerId, 'request.ownerId');
     if (request.metadata !== undefined) validateMetadata(request.metadata, 'request.metadata');
     // After a pause past the session timeout the session is over, even if no timer has run yet to say so.
     this.#endIfSilent();
@@ -205,6 +207,7 @@ export class ZooKeeperLockService implements LockService, AsyncDisposable {
   async acquirePermit(request: PermitRequest): Promise<AcquireResult> {
     this.#assertOpen();
     validateName(request.name, 'request.name');
+    validateOwnerId(request.ownerId, 'request.ownerId');
     validatePermits(request.permits, 'request.permits');
     if (request.metadata !== undefined) validateMetadata(request.metadata, 'request.metadata');
     this.#endIfSilent();
