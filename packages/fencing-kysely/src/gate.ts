@@ -46,7 +46,8 @@ function isTransaction<DB>(db: Kysely<DB>): db is Transaction<DB> {
  * @throws {FenceConflictError} serialization failure or deadlock; retry the whole call (`withFenceRetry`).
  * @throws {FenceBusyError} the fence row stayed locked past the wait bound.
  * @throws {InvalidArgumentError} bad resource, token or options (an unknown key included), or a `Transaction`
- *   as `db`, before any SQL.
+ *   as `db`, before any SQL; or, once it answers, a `db` whose `executeQuery` or `transaction()` answers what Kysely
+ *   does not (field `db`; what the transaction wrote is rolled back).
  */
 export async function runFenced<DB, T>(
   db: Kysely<DB>,
@@ -81,7 +82,8 @@ export async function runFenced<DB, T>(
  * @throws {FenceConflictError} serialization failure or deadlock in the gate; retry the whole transaction.
  * @throws {FenceBusyError} the fence row stayed locked past the wait bound.
  * @throws {InvalidArgumentError} bad resource, token or options, `isolationLevel` set, or a `Kysely` instance
- *   that is not a transaction, before any SQL.
+ *   that is not a transaction, before any SQL; or, once it answers, a `trx` whose `executeQuery` answers what
+ *   Kysely does not (field `trx`; roll back).
  */
 export async function checkFence<DB>(
   trx: Transaction<DB>,
@@ -149,6 +151,9 @@ function refuseIsolationLevel(call: FenceCall): void {
  * The stored mark for `resource`, or `null` if no token was ever accepted for it. A read, not a fence.
  * `options` may be the same object passed to {@link runFenced}; `isolationLevel` and `lockTimeoutMs` do nothing
  * here.
+ *
+ * @throws {InvalidArgumentError} bad resource, `db` or options, before any SQL; or a `db` whose `executeQuery`
+ *   answers what Kysely does not (field `db`).
  */
 export async function highWaterMark<DB>(
   db: Kysely<DB>,
