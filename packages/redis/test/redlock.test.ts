@@ -1,4 +1,11 @@
-import { AcquireTimeoutError, LockClient, LockLostError, systemClock, TransportError } from '@dlock/core';
+import {
+  AcquireTimeoutError,
+  type Lease,
+  LockClient,
+  LockLostError,
+  systemClock,
+  TransportError,
+} from '@dlock/core';
 import {
   type RedisServer,
   rejection,
@@ -392,6 +399,64 @@ const NODE_REDIS: NodeSet = {
 function faultSuites(set: NodeSet): void {
   const firstNodes = (count: number): readonly object[] => set.nodes().slice(0, count);
 
+  /**
+   * Nodes 0 to `count - 1` behind proxies a test can break, each through a new client of the suite's family; nodes
+   * `count` to 2 direct. `close` drops those clients (their reply streams may be out of step) and the proxies.
+   */
+  async function behindProxies(count: number) {
+    const proxies: TcpProxy[] = await Promise.all(
+      servers.slice(0, count).map((s) => startTcpProxy({ targetPort: s.port })),
+    );
+    const proxied = await Promise.all(proxies.map((p) => set.connect(`redis://127.0.0.1:${p.port}`)));
+    return {
+      proxies,
+      proxied,
+      /** The 3 nodes' clients, the proxied ones first. */
+      clients: [...proxied.map((c) => c.client), ...firstNodes(3).slice(count)] as RedlockClientLike[],
+      async close(): Promise<void> {
+        for (const c of proxied) c.drop();
+        await Promise.all(proxies.map((p) => p.close()));
+      },
+    };
+  }
+
+  /**
+   * `mine` holds a lease (TTL 30 s); nodes 0 and 1 lose its keys (restart, eviction), and `rival` takes the lock
+   * on them.
+   */
+  async function rivalTakesOver(mine: RedlockService, rival: RedlockService, label: string) {
+    const name = lockName(label);
+    const { lock: lockKey } = redlockKeys('dlock:redlock:', name);
+    const request = { name, ownerId: 'test', waitMs: 0, signal: new AbortController().signal };
+    const first = await mine.acquire({ ...request, ttlMs: 30_000 });
+    if (!first.acquired) throw new Error('not granted');
+    await within((clients[0] as Client).del(lockKey));
+    await within((clients[1] as Client).del(lockKey));
+    const taken = await rival.acquire({ ...request, ttlMs: 30_000 });
+    if (!taken.acquired) throw new Error('rival not granted');
+    return {
+      lockKey,
+      lease: { name, ownerId: 'test', ...first.grant },
+      rivalLease: { name, ownerId: 'test', ...taken.grant },
+    };
+  }
+
+  /**
+   * `mine`'s release of `lease`, whose try on node 0 is written and then cut off: the connection drops, and the
+   * proxy refuses connections for 200 ms. Answers what the release answered, or its error.
+   */
+  async function releaseCutOffOnNode0(mine: RedlockService, lease: Lease, proxy: TcpProxy): Promise<unknown> {
+    proxy.mode = 'blackhole';
+    const release = mine.release(lease).catch((error: unknown) => error);
+    await sleep(50);
+    proxy.mode = 'refuse';
+    proxy.resetAll();
+    setTimeout(() => {
+      proxy.mode = 'pass';
+    }, 200);
+    return release;
+  }
+
   describe('RedlockService faults on real servers', () => {
     it('one of three nodes down: locks are still granted and tokens still increase, also after it returns empty', async () => {
       const locks = new LockClient(service(firstNodes(3)), { operationTimeoutMs: 2_000 });
@@ -604,19 +669,10 @@ function faultSuites(set: NodeSet): void {
     it('a renewal is not confirmed by keys an earlier, undecided renewal re-took after a rival held the lock', async () => {
       const mine = service(firstNodes(3));
       const rival = service(firstNodes(3));
-      const name = lockName('retaken-then-extended');
-      const { lock: lockKey } = redlockKeys('dlock:redlock:', name);
-      const request = { name, ownerId: 'test', waitMs: 0, signal: new AbortController().signal };
-      const first = await mine.acquire({ ...request, ttlMs: 30_000 });
-      if (!first.acquired) throw new Error('not granted');
-      const lease = { name, ownerId: 'test', ...first.grant };
-      // Nodes 0 and 1 lose the grant's keys (restart, eviction), and a rival holds the lock on them, then lets go.
-      await within((clients[0] as Client).del(lockKey));
-      await within((clients[1] as Client).del(lockKey));
-      const taken = await rival.acquire({ ...request, ttlMs: 30_000 });
-      if (!taken.acquired) throw new Error('rival not granted');
-      expect(taken.grant.fencingToken).toBeGreaterThan(lease.fencingToken);
-      expect(await rival.release({ name, ownerId: 'test', ...taken.grant })).toBe(true);
+      // The rival holds the lock on nodes 0 and 1, then lets go.
+      const { lockKey, lease, rivalLease } = await rivalTakesOver(mine, rival, 'retaken-then-extended');
+      expect(rivalLease.fencingToken).toBeGreaterThan(lease.fencingToken);
+      expect(await rival.release(rivalLease)).toBe(true);
       // A renewal that only node 2 answers in time: undecided. Nodes 0 and 1 run it when they resume, re-taking
       // the keys the rival left.
       servers[0]?.process.pause();
@@ -639,22 +695,12 @@ function faultSuites(set: NodeSet): void {
     it('a release is not "released" when the lease lost its majority to a rival meanwhile', async () => {
       const mine = service(firstNodes(3));
       const rival = service(firstNodes(3));
-      const name = lockName('release-after-takeover');
-      const { lock: lockKey } = redlockKeys('dlock:redlock:', name);
-      const request = { name, ownerId: 'test', waitMs: 0, signal: new AbortController().signal };
-      const first = await mine.acquire({ ...request, ttlMs: 30_000 });
-      if (!first.acquired) throw new Error('not granted');
-      await within((clients[0] as Client).del(lockKey));
-      await within((clients[1] as Client).del(lockKey));
-      const taken = await rival.acquire({ ...request, ttlMs: 30_000 });
-      if (!taken.acquired) throw new Error('rival not granted');
+      const { lease, rivalLease } = await rivalTakesOver(mine, rival, 'release-after-takeover');
       // Node 1 answers "not held" and node 2 deletes this lease's key; node 0 (the rival's) says nothing in time.
       servers[0]?.process.pause();
       let outcome: unknown;
       try {
-        outcome = await mine
-          .release({ name, ownerId: 'test', ...first.grant })
-          .catch((error: unknown) => error);
+        outcome = await mine.release(lease).catch((error: unknown) => error);
       } finally {
         servers[0]?.process.resume();
       }
@@ -662,21 +708,18 @@ function faultSuites(set: NodeSet): void {
       // node's key proves no majority: the outcome is unknown.
       expect(outcome).toBeInstanceOf(TransportError);
       // With every node answering, it is "lost": only node 2 still had this lease's key.
-      expect(await mine.release({ name, ownerId: 'test', ...first.grant })).toBe(false);
-      expect(await rival.release({ name, ownerId: 'test', ...taken.grant })).toBe(true);
+      expect(await mine.release(lease)).toBe(false);
+      expect(await rival.release(rivalLease)).toBe(true);
       await Promise.all([mine.close(), rival.close()]);
     });
 
     it('replies lost on every node: the acquire fails, and the claims it may have made are deleted, not left to the TTL', async () => {
-      const proxies: TcpProxy[] = await Promise.all(
-        servers.slice(0, 3).map((s) => startTcpProxy({ targetPort: s.port })),
-      );
-      const proxied = await Promise.all(proxies.map((p) => set.connect(`redis://127.0.0.1:${p.port}`)));
+      const nodes = await behindProxies(3);
       const name = lockName('lost-replies');
       const { lock: lockKey } = redlockKeys('dlock:redlock:', name);
       try {
-        for (const proxy of proxies) proxy.dropReplies(true);
-        const redlock = service(proxied.map((c) => c.client));
+        for (const proxy of nodes.proxies) proxy.dropReplies(true);
+        const redlock = service(nodes.clients);
         const startedAt = performance.now();
         await expect(
           redlock.acquire({
@@ -692,9 +735,7 @@ function faultSuites(set: NodeSet): void {
         // ... and the cleanup deletes, which also reach the servers, removed them long before the 10 s TTL.
         expect(await holdersSoon(lockKey, 2_000)).toBe(0);
       } finally {
-        // These connections' reply streams are out of step now: never reuse them.
-        for (const c of proxied) c.drop();
-        await Promise.all(proxies.map((p) => p.close()));
+        await nodes.close();
       }
     });
   });
@@ -702,14 +743,9 @@ function faultSuites(set: NodeSet): void {
   describe('RedlockService: claims whose connections dropped before the reply', () => {
     it('are undone once the connections are back, not left for their TTL', async () => {
       // Nodes 0 and 1 through proxies that lose the claims' replies and then reset the connections; node 2 direct.
-      const proxies: TcpProxy[] = await Promise.all(
-        servers.slice(0, 2).map((s) => startTcpProxy({ targetPort: s.port })),
-      );
-      const proxied = await Promise.all(proxies.map((p) => set.connect(`redis://127.0.0.1:${p.port}`)));
-      const redlock = new RedlockService({
-        clients: [...proxied.map((c) => c.client), firstNodes(3)[2]] as RedlockClientLike[],
-        requestTimeoutMs: 2_000,
-      });
+      const nodes = await behindProxies(2);
+      const { proxies, proxied } = nodes;
+      const redlock = new RedlockService({ clients: nodes.clients, requestTimeoutMs: 2_000 });
       const other = new LockClient(service(firstNodes(3)), { operationTimeoutMs: 2_000 });
       const name = lockName('reset-claims');
       const { lock: lockKey } = redlockKeys('dlock:redlock:', name);
@@ -742,8 +778,7 @@ function faultSuites(set: NodeSet): void {
         await next?.release();
       } finally {
         await Promise.all([redlock.close(), other.close()]);
-        for (const c of proxied) c.drop();
-        await Promise.all(proxies.map((p) => p.close()));
+        await nodes.close();
       }
     });
   });
@@ -751,45 +786,24 @@ function faultSuites(set: NodeSet): void {
   describe('RedlockService: a release whose try on a node was cut off', () => {
     it('does not count a key held by someone else on the retry as its own delete', async () => {
       // Node 0 through a proxy; nodes 1 and 2 direct.
-      const proxy = await startTcpProxy({ targetPort: (servers[0] as RedisServer).port });
-      const proxied = await set.connect(`redis://127.0.0.1:${proxy.port}`);
-      const mine = new RedlockService({
-        clients: [proxied.client, ...firstNodes(3).slice(1)] as RedlockClientLike[],
-        requestTimeoutMs: 2_000,
-      });
+      const nodes = await behindProxies(1);
+      const proxy = nodes.proxies[0] as TcpProxy;
+      const mine = new RedlockService({ clients: nodes.clients, requestTimeoutMs: 2_000 });
       const rival = service(firstNodes(3));
-      const name = lockName('release-retry-other');
-      const { lock: lockKey } = redlockKeys('dlock:redlock:', name);
-      const request = { name, ownerId: 'test', waitMs: 0, signal: new AbortController().signal };
       try {
-        const first = await mine.acquire({ ...request, ttlMs: 30_000 });
-        if (!first.acquired) throw new Error('not granted');
-        // Nodes 0 and 1 lose this lease's keys, and the rival holds the lock on them.
-        await within((clients[0] as Client).del(lockKey));
-        await within((clients[1] as Client).del(lockKey));
-        const taken = await rival.acquire({ ...request, ttlMs: 30_000 });
-        if (!taken.acquired) throw new Error('rival not granted');
-        // The release's try on node 0 is written and its connection drops: it may have been applied, so it is tried
-        // again once the client is back, and then finds the rival's key.
-        proxy.mode = 'blackhole';
-        const release = mine
-          .release({ name, ownerId: 'test', ...first.grant })
-          .catch((error: unknown) => error);
-        await sleep(50);
-        proxy.mode = 'refuse';
-        proxy.resetAll();
-        setTimeout(() => {
-          proxy.mode = 'pass';
-        }, 200);
+        // The rival holds the lock on nodes 0 and 1.
+        const { lease, rivalLease } = await rivalTakesOver(mine, rival, 'release-retry-other');
+        // The release's try on node 0 may have been applied, so it is tried again once the client is back, and
+        // then finds the rival's key.
+        const release = releaseCutOffOnNode0(mine, lease, proxy);
         // Before the fix: true ("released"), node 0's "not held" taken for this release's own earlier delete, while
         // the rival held nodes 0 and 1. Node 1 and node 0 hold another owner's key: the lease was lost.
         expect(await release).toBe(false);
-        expect(await rival.release({ name, ownerId: 'test', ...taken.grant })).toBe(true);
+        expect(await rival.release(rivalLease)).toBe(true);
       } finally {
         proxy.mode = 'pass';
         await Promise.all([mine.close(), rival.close()]);
-        proxied.drop();
-        await proxy.close();
+        await nodes.close();
       }
     });
   });
@@ -797,45 +811,24 @@ function faultSuites(set: NodeSet): void {
   describe('RedlockService: a release whose try on a node was cut off, on a lease that lost its majority', () => {
     it('does not count no key on the retry as its own delete when it cannot know: not "released"', async () => {
       // Node 0 through a proxy; nodes 1 and 2 direct.
-      const proxy = await startTcpProxy({ targetPort: (servers[0] as RedisServer).port });
-      const proxied = await set.connect(`redis://127.0.0.1:${proxy.port}`);
-      const mine = new RedlockService({
-        clients: [proxied.client, ...firstNodes(3).slice(1)] as RedlockClientLike[],
-        requestTimeoutMs: 2_000,
-      });
+      const nodes = await behindProxies(1);
+      const proxy = nodes.proxies[0] as TcpProxy;
+      const mine = new RedlockService({ clients: nodes.clients, requestTimeoutMs: 2_000 });
       const rival = service(firstNodes(3));
-      const name = lockName('release-retry-absent');
-      const { lock: lockKey } = redlockKeys('dlock:redlock:', name);
-      const request = { name, ownerId: 'test', waitMs: 0, signal: new AbortController().signal };
       try {
-        const first = await mine.acquire({ ...request, ttlMs: 30_000 });
-        if (!first.acquired) throw new Error('not granted');
-        // Nodes 0 and 1 lose this lease's keys; the rival takes the lock on them and lets it go again.
-        await within((clients[0] as Client).del(lockKey));
-        await within((clients[1] as Client).del(lockKey));
-        const taken = await rival.acquire({ ...request, ttlMs: 30_000 });
-        if (!taken.acquired) throw new Error('rival not granted');
-        expect(await rival.release({ name, ownerId: 'test', ...taken.grant })).toBe(true);
-        // The release's try on node 0 is written and its connection drops: it is tried again once the client is
-        // back and finds no key, which it would also find had the first try deleted this lease's key.
-        proxy.mode = 'blackhole';
-        const release = mine
-          .release({ name, ownerId: 'test', ...first.grant })
-          .catch((error: unknown) => error);
-        await sleep(50);
-        proxy.mode = 'refuse';
-        proxy.resetAll();
-        setTimeout(() => {
-          proxy.mode = 'pass';
-        }, 200);
+        // The rival takes the lock on nodes 0 and 1 and lets it go again.
+        const { lease, rivalLease } = await rivalTakesOver(mine, rival, 'release-retry-absent');
+        expect(await rival.release(rivalLease)).toBe(true);
+        // The release's try on node 0 is tried again once the client is back and finds no key, which it would also
+        // find had the first try deleted this lease's key.
+        const release = releaseCutOffOnNode0(mine, lease, proxy);
         // Before the fix: true ("released"), node 0's "no key" taken for this release's own delete, while the rival
         // had held nodes 0 and 1. Node 2's delete is the only one known: the outcome cannot be told.
         expect(await release).toBeInstanceOf(TransportError);
       } finally {
         proxy.mode = 'pass';
         await Promise.all([mine.close(), rival.close()]);
-        proxied.drop();
-        await proxy.close();
+        await nodes.close();
       }
     });
   });
@@ -843,14 +836,9 @@ function faultSuites(set: NodeSet): void {
   describe('RedlockService: a release while two nodes reconnect', () => {
     it('is tried again on them within its bound: "released" only once no majority can hold the lock', async () => {
       // Nodes 0 and 1 through proxies that drop every connection and refuse new ones for 300 ms; node 2 direct.
-      const proxies: TcpProxy[] = await Promise.all(
-        servers.slice(0, 2).map((s) => startTcpProxy({ targetPort: s.port })),
-      );
-      const proxied = await Promise.all(proxies.map((p) => set.connect(`redis://127.0.0.1:${p.port}`)));
-      const redlock = new RedlockService({
-        clients: [...proxied.map((c) => c.client), firstNodes(3)[2]] as RedlockClientLike[],
-        requestTimeoutMs: 2_000,
-      });
+      const nodes = await behindProxies(2);
+      const { proxies, proxied } = nodes;
+      const redlock = new RedlockService({ clients: nodes.clients, requestTimeoutMs: 2_000 });
       const locks = new LockClient(redlock, { operationTimeoutMs: 3_000 });
       const other = new LockClient(service(firstNodes(3)), { operationTimeoutMs: 2_000 });
       const name = lockName('release-reconnect');
@@ -881,8 +869,7 @@ function faultSuites(set: NodeSet): void {
       } finally {
         for (const proxy of proxies) proxy.mode = 'pass';
         await Promise.all([locks.close().catch(() => {}), other.close()]);
-        for (const c of proxied) c.drop();
-        await Promise.all(proxies.map((p) => p.close()));
+        await nodes.close();
       }
     });
   });
@@ -892,14 +879,11 @@ function faultSuites(set: NodeSet): void {
 
     for (const cache of ['every script cached', 'only the claim script cached'] as const) {
       it(`are undone within operationTimeoutMs + 1 s of core giving up, while replies keep being lost (${cache})`, async () => {
-        const proxies: TcpProxy[] = await Promise.all(
-          servers.slice(0, 3).map((s) => startTcpProxy({ targetPort: s.port })),
-        );
-        const proxied = await Promise.all(proxies.map((p) => set.connect(`redis://127.0.0.1:${p.port}`)));
+        const nodes = await behindProxies(3);
         // Rounds bounded by more than core's operation timeout: core gives up on the call first.
         const holder = new LockClient(
           new RedlockService({
-            clients: proxied.map((c) => c.client as RedlockClientLike),
+            clients: nodes.clients,
             nodeTimeoutMs: 3_000,
           }),
           {
@@ -921,7 +905,7 @@ function faultSuites(set: NodeSet): void {
               await within(client.sendCommand(['SCRIPT', 'LOAD', ACQUIRE.source]));
             }
           }
-          for (const proxy of proxies) proxy.dropReplies(true);
+          for (const proxy of nodes.proxies) proxy.dropReplies(true);
           const startedAt = performance.now();
           const failed = holder.acquire(name, { ttlMs: 10_000 }).catch((error: unknown) => error);
           // The claims did land (only the replies are lost): a lock nobody will use, for 10 s.
@@ -938,9 +922,7 @@ function faultSuites(set: NodeSet): void {
           await next?.release();
         } finally {
           await Promise.all([holder.close(), contender.close()]);
-          // These connections' reply streams are out of step now: never reuse them.
-          for (const c of proxied) c.drop();
-          await Promise.all(proxies.map((p) => p.close()));
+          await nodes.close();
         }
       });
     }
