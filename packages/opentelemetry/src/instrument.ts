@@ -205,7 +205,9 @@ export function instrument(client: InstrumentableClient, options?: InstrumentOpt
     // it: neither is known, so the hold ends `unknown` and no loss is counted.
     const unanswered = event.result === 'not-found' && event.afterUnansweredTry === true;
     const lost = event.result === 'not-found' && !unanswered;
-    const base = endHold(event, event.heldMs, unanswered ? 'unknown' : lost ? 'lost' : 'released');
+    // A result core never sends (from a stream other than core's) tells nothing of how the hold ended either.
+    const known = event.result === 'deleted' || event.result === 'failed' || event.result === 'not-found';
+    const base = endHold(event, event.heldMs, unanswered || !known ? 'unknown' : lost ? 'lost' : 'released');
     // The service had nothing of this grant left: the lock was taken from it before the release (release()
     // rejects with a LockLostError, reason `rejected`), and the core emits no `lost` event for it.
     if (lost) safely(() => instruments().losses.add(1, { ...base, [ATTRIBUTES.reason]: 'rejected' }));

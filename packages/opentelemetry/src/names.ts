@@ -38,7 +38,8 @@ export const ATTRIBUTES = {
   reason: 'dlock.reason',
   /**
    * How a hold ended: `released`, `lost`, or `unknown` (`close()`'s retried release found nothing after a try that
-   * went unanswered: that try may have deleted the lock, or the lock was taken before it).
+   * went unanswered: that try may have deleted the lock, or the lock was taken before it; or a release result core
+   * never sends, from a stream other than core's).
    */
   holdEnd: 'dlock.hold.end',
   /** The lock's (or semaphore's) name as `nameAttribute` mapped it; absent unless that option is given. */

@@ -295,3 +295,33 @@ describe('durations that are not numbers', () => {
     }
   });
 });
+
+describe('a release whose result is not one core sends', () => {
+  it('ends the hold unknown, counts no loss', async () => {
+    const listeners = new Map<string, (event: unknown) => void>();
+    const stream = {
+      events: {
+        on: (type: string, listener: (event: unknown) => void) => {
+          listeners.set(type, listener);
+          return () => listeners.delete(type);
+        },
+      },
+    };
+    const harness = setup();
+    harness.uninstrument();
+    const { points, meterProvider, tracerProvider } = harness;
+    instrument(stream as never, { meterProvider, tracerProvider, clock: new FakeClock({ seed: 1 }) });
+    const grant = { kind: 'lock', name: 'a', attempts: 1, ttlMs: TTL, reentered: false, waitedMs: 5 };
+    const results = [undefined, 'gone', 'NOT-FOUND', 1];
+    results.forEach((result, i) => {
+      const fencingToken = BigInt(i + 1);
+      listeners.get('acquired')?.({ ...grant, fencingToken });
+      listeners.get('released')?.({ ...grant, fencingToken, heldMs: 10, releaseMs: 1, result });
+    });
+    expect(
+      (await points<{ count: number }>(M.holdDuration)).map((p) => [p.attributes, p.value.count]),
+    ).toEqual([[{ 'dlock.kind': 'lock', 'dlock.hold.end': 'unknown' }, 4]]);
+    expect(await points(M.losses)).toEqual([]);
+    expect(await points(M.held)).toEqual([{ attributes: { 'dlock.kind': 'lock' }, value: 0 }]);
+  });
+});
