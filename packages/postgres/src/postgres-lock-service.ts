@@ -19,6 +19,7 @@ import {
   type QueueDriver,
   type QueueTools,
   validateMetadata,
+  validateOwnerId,
   validatePermits,
 } from '@dlock/core/adapter';
 import { Database } from './database.js';
@@ -348,13 +349,12 @@ function storableName(name: string, field: string): void {
 }
 
 /**
- * An owner id as core checks a name: non-empty, well-formed and at most MAX_NAME_BYTES (1,024) UTF-8 bytes, which every
- * `LockClient` owner id (1 to 256 UTF-16 code units) meets; and one a `text` column can hold. Sent, a lone surrogate
- * was stored as U+FFFD (inspect then named an owner id nobody has, the same as another's), and a caller of the
- * service could store one of any length.
+ * An owner id as core checks it (`validateOwnerId`: 1 to 256 UTF-16 code units, well-formed, the rule `LockClient` and
+ * every backend share), and one a `text` column can hold. Sent, a lone surrogate was stored as U+FFFD (inspect then
+ * named an owner id nobody has, the same as another's), and a caller of the service could store one of any length.
  */
 function storableOwnerId(ownerId: string, field: string): void {
-  assertStorableText(validateName(ownerId, field), field);
+  assertStorableText(validateOwnerId(ownerId, field), field);
 }
 
 /** Metadata as core checks it (at most 1,024 UTF-8 bytes, well-formed), and one a `text` column can hold. */

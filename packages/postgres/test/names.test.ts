@@ -87,24 +87,25 @@ describe('names', () => {
     }
   });
 
-  it('refuses an owner id that is empty, has a lone surrogate or is past 1,024 UTF-8 bytes, before any I/O', async () => {
+  it('refuses an owner id core would refuse (empty, a lone surrogate, over 256 code units, not a string), before any I/O', async () => {
     const service = new PostgresLockService({ pool, schema: tables.name, listen: false });
-    // Core's LockClient checks only 1 to 256 UTF-16 code units: a lone surrogate gets through it.
-    const surrogate = new LockClient(service, { ownerId: 'host\ud800:1' });
     const client = new LockClient(service, { ownerId: 'é'.repeat(256) });
     const signal = new AbortController().signal;
-    const invalid = { code: 'INVALID_ARGUMENT' };
+    const invalid = { code: 'INVALID_ARGUMENT', field: 'request.ownerId' };
     try {
       const statements = service.statements;
-      // Sent, the lone surrogate was stored as U+FFFD: inspect named an owner id nobody has, the same as another's.
-      await expect(surrogate.acquire('owner-surrogate', { ttlMs: 5_000, waitMs: 0 })).rejects.toMatchObject(
-        invalid,
-      );
-      await expect(
-        surrogate.semaphore('owner-surrogate', { permits: 2, ttlMs: 5_000 }).acquire({ waitMs: 0 }),
-      ).rejects.toMatchObject(invalid);
-      // Called directly, any length was stored whole (100,000 characters were), and an empty one too.
-      for (const ownerId of ['', 'a\udc00', 'o'.repeat(1_025), 'é'.repeat(513)]) {
+      // Core's one owner-id rule (validateOwnerId), as LockClient checks options.ownerId: sent, a lone surrogate was
+      // stored as U+FFFD (inspect named an owner id nobody has); any length was stored whole (100,000 characters
+      // were), and an empty one too. 257 units and 1,024 one-byte characters passed the name rule (1,024 UTF-8 bytes)
+      // the service used before.
+      for (const ownerId of [
+        '',
+        'host\ud800:1',
+        'a\udc00',
+        'o'.repeat(257),
+        'o'.repeat(1_024),
+        'é'.repeat(513),
+      ]) {
         const request = { name: 'owner-direct', ownerId, ttlMs: 5_000, waitMs: 0, signal };
         await expect.soft(service.acquire(request)).rejects.toMatchObject(invalid);
         await expect.soft(service.acquirePermit({ ...request, permits: 2 })).rejects.toMatchObject(invalid);
@@ -125,10 +126,9 @@ describe('names', () => {
       const held = await client.acquire('owner-longest', { ttlMs: 5_000, waitMs: 0 });
       expect((await client.inspect('owner-longest')).ownerId).toBe('é'.repeat(256));
       await held.release();
-      const longest = { name: 'owner-longest', ownerId: 'o'.repeat(1_024), ttlMs: 5_000, waitMs: 0, signal };
+      const longest = { name: 'owner-longest', ownerId: 'o'.repeat(256), ttlMs: 5_000, waitMs: 0, signal };
       expect((await service.acquirePermit({ ...longest, permits: 2 })).acquired).toBe(true);
     } finally {
-      await surrogate.close();
       await client.close();
       await service.close();
     }
