@@ -162,13 +162,21 @@ describe('a write that stalled past its bound writes nothing once it runs', () =
   });
 });
 
+// The holder's window (the lease's TTL) and how long the first renewal is held up before it reaches its row. The
+// first must still find the lease live, though it was granted before the hold-up began: what is left of the window
+// after it (700 ms) absorbs a loaded machine's delays (with 1,000 and 800, the 200 ms left were not enough: at load
+// 7-9 the first renewal found the lease run out in 5 of 10 cases). A lease counted from the hold-up's end would
+// outlive the window by 800 ms, and the second renewal comes 400 ms after the window.
+const WINDOW_MS = 1_500;
+const HELD_UP_MS = 800;
+
 describe("a renewal that reaches its row after its holder's window closed", () => {
   // The holder's window (core's validity window) counts from when it SENT its last renewal; a renewal the server
   // applied after a row-lock wait must not leave the lease running longer than that window, or the next renewal,
   // arriving after the holder already reported the lock lost, finds the row still live and extends it again: the
   // row then says held by a holder that believes it lost the lock, and everyone else waits another TTL.
   it.each(['l', 's'] as const)('extends nothing (kind %s)', async (kind) => {
-    const ttlMs = 1_000;
+    const ttlMs = WINDOW_MS;
     // A long statement bound: only the holder's window may refuse the late renewal here.
     const service = new PostgresLockService({
       pool,
@@ -182,7 +190,7 @@ describe("a renewal that reaches its row after its holder's window closed", () =
       const sent = performance.now();
       const first = service.renewMany([{ lease, ttlMs }]);
       await waitingOnLock(pool, '%unnest(%', 2_000);
-      await sleep(800 - (performance.now() - sent));
+      await sleep(HELD_UP_MS - (performance.now() - sent));
       await lock.end();
       // Applied about 800 ms after it was sent: the holder's window ends at most `ttlMs` after the send.
       expect(await first).toEqual([{ renewed: true }]);
@@ -191,7 +199,7 @@ describe("a renewal that reaches its row after its holder's window closed", () =
       await waitingOnLock(pool, '%unnest(%', 2_000);
       // 400 ms past the end of the holder's window, before the end of a lease counted from the first renewal's
       // application.
-      await sleep(1_400 - (performance.now() - sent));
+      await sleep(WINDOW_MS + 400 - (performance.now() - sent));
       await lock.end();
       expect(await second).toEqual([{ renewed: false }]);
       expect((await leaseRow(lease))?.ms ?? 0).toBeLessThanOrEqual(0);
@@ -213,7 +221,7 @@ describe("a renewal that reaches its row after its holder's window closed, after
   // The same window, with the first renewal held up in the pool's queue (every connection taken) instead of on the
   // server: the holder's window counts from its send, before that wait.
   it.each(['l', 's'] as const)('extends nothing (kind %s)', async (kind) => {
-    const ttlMs = 1_000;
+    const ttlMs = WINDOW_MS;
     const small: pg.Pool = newPool(2);
     const service = new PostgresLockService({
       pool: small,
@@ -222,17 +230,22 @@ describe("a renewal that reaches its row after its holder's window closed, after
       requestTimeoutMs: 5_000,
     });
     try {
+      // Both connections open before the grant: opening one between the grant and the renewal's send would come
+      // off the time the first renewal has to reach its row while the lease is live.
+      await Promise.all([small.connect(), small.connect()]).then((opened) => {
+        for (const connection of opened) connection.release();
+      });
       const lease = await acquired(service, kind, `late-renewal-pool-${kind}`, ttlMs);
       const taken = [await small.connect(), await small.connect()];
       const sent = performance.now();
       const first = service.renewMany([{ lease, ttlMs }]);
-      await sleep(800);
+      await sleep(HELD_UP_MS);
       for (const connection of taken) connection.release();
       expect(await first).toEqual([{ renewed: true }]);
       const lock = await rowLock(lease);
       const second = service.renewMany([{ lease, ttlMs: 30_000 }]);
       await waitingOnLock(pool, '%unnest(%', 2_000);
-      await sleep(1_400 - (performance.now() - sent));
+      await sleep(WINDOW_MS + 400 - (performance.now() - sent));
       await lock.end();
       expect(await second).toEqual([{ renewed: false }]);
       expect((await leaseRow(lease))?.ms ?? 0).toBeLessThanOrEqual(0);
