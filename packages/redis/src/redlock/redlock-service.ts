@@ -10,6 +10,7 @@ import {
   TransportError,
   validateName,
 } from '@dlock/core';
+import { validateOwnerId } from '@dlock/core/adapter';
 import { RedisServiceClosedError } from '../errors.js';
 import { type RedlockServiceOptions, resolveRedlockOptions } from '../options.js';
 import { newOwnershipToken } from '../tokens.js';
@@ -67,6 +68,7 @@ export class RedlockService implements LockService, AsyncDisposable {
   async acquire(request: AcquireRequest): Promise<AcquireResult> {
     this.#assertOpen();
     validateName(request.name, 'request.name');
+    validateOwnerId(request.ownerId, 'request.ownerId');
     checkTtl(request.ttlMs, 'request.ttlMs');
     const result = await this.#lock.acquire(request);
     if (result.acquired && this.#closed) {

@@ -21,6 +21,7 @@ import {
   BackgroundRetries,
   linkSignals,
   type QueueTools,
+  validateOwnerId,
   validatePermits,
 } from '@dlock/core/adapter';
 import { RedisServiceClosedError } from '../errors.js';
@@ -192,10 +193,11 @@ export class RedisLockService implements LockService, AsyncDisposable {
     return this.#semaphores.inspect(validateName(name), validatePermits(permits, 'permits'));
   }
 
-  /** The name, once the service is open and the request's name and TTL are valid (before any I/O). */
+  /** The name, once the service is open and the request's name, owner id and TTL are valid (before any I/O). */
   #checkRequest(request: AcquireRequest): string {
     this.#assertOpen();
     const name = validateName(request.name, 'request.name');
+    validateOwnerId(request.ownerId, 'request.ownerId');
     const { ttlMs } = request;
     if (!Number.isInteger(ttlMs) || ttlMs < 1 || ttlMs > MAX_TIMER_MS) {
       throw new InvalidArgumentError('request.ttlMs', `must be an integer from 1 to ${MAX_TIMER_MS}`);
