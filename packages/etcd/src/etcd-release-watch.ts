@@ -48,6 +48,8 @@ interface Registration {
   retry: (() => void) | undefined;
   /** Delay before the next re-creation after a refusal: doubles per refusal in a row, up to MAX_BACKOFF_MS. */
   refusedBackoffMs: number;
+  /** Refused since it was last created: a first refusal renews the stream, a later one waits out the backoff. */
+  refused: boolean;
 }
 
 /** etcd's id for "no watch": the answer to a create it refused (for permission) before giving the watch an id. */
@@ -81,6 +83,10 @@ export class EtcdReleaseWatch {
   #nextId = 1;
   #backoffMs = 50;
   #reopenTimer: (() => void) | undefined;
+  /** Pending renewal of the stream after a refusal; until then no create is sent on the old one. */
+  #renewTimer: (() => void) | undefined;
+  /** Delay before that renewal: doubles per renewal, back to 50 ms once a refused watch is created. */
+  #renewBackoffMs = 50;
   #idleTimer: (() => void) | undefined;
   #closed = false;
 
@@ -99,6 +105,7 @@ export class EtcdReleaseWatch {
       nextRevision: spec.startRevision,
       retry: undefined,
       refusedBackoffMs: 50,
+      refused: false,
     };
     this.#registrations.add(registration);
     this.#idleTimer?.();
@@ -111,6 +118,7 @@ export class EtcdReleaseWatch {
   close(): void {
     this.#closed = true;
     this.#reopenTimer?.();
+    this.#renewTimer?.();
     this.#idleTimer?.();
     for (const registration of this.#registrations) registration.retry?.();
     this.#registrations.clear();
@@ -149,7 +157,8 @@ export class EtcdReleaseWatch {
   }
 
   #create(stream: WatchStream, registration: Registration): void {
-    if (registration.retry) return;
+    // A renewal pending: the old stream's creates would be refused too; #open creates it on the new one.
+    if (registration.retry || this.#renewTimer) return;
     const watchId = String(this.#nextId++);
     if (registration.watchId !== undefined) this.#byId.delete(registration.watchId);
     registration.watchId = watchId;
@@ -222,12 +231,23 @@ export class EtcdReleaseWatch {
         // compacted again.
         registration.refusedBackoffMs = 50;
         this.#create(stream, registration);
+      } else if (!registration.refused) {
+        // Refused (etcd 3.4.23 answers a create refused for permission with watch id -1 and the reason). etcd
+        // checks a create against the token the stream was opened with, and drops a token unused for
+        // --auth-token-ttl (5 min by default) while etcd3 re-authenticates only its unary calls: on an old stream
+        // every new watch is refused, for good. A first refusal therefore renews the stream (with backoff).
+        registration.refused = true;
+        this.#renewLater();
       } else {
-        // Refused (etcd 3.4.23 answers a create refused for permission with watch id -1 and the reason): the same
-        // create would be refused again, so it is retried with backoff, each refusal telling the owner once more.
+        // Refused on a stream opened since: the same create would be refused again, so it is retried with
+        // backoff, each refusal telling the owner once more.
         this.#retryLater(registration);
       }
       return;
+    }
+    if (registration.refused) {
+      registration.refused = false;
+      this.#renewBackoffMs = 50;
     }
     registration.refusedBackoffMs = 50;
     if (response.created) callSubscriber(() => registration.listener.onCreated?.());
@@ -252,6 +272,12 @@ export class EtcdReleaseWatch {
 
   #broken(stream: WatchStream): void {
     if (stream !== this.#stream) return;
+    this.#drop(stream);
+    this.#scheduleReopen();
+  }
+
+  /** Closes the current stream; every watch on it is reset, to be re-created on the next. */
+  #drop(stream: WatchStream): void {
     this.#stream = undefined;
     closeStream(stream);
     this.#byId.clear();
@@ -260,7 +286,21 @@ export class EtcdReleaseWatch {
       registration.watchId = undefined;
       callSubscriber(() => registration.listener.onReset?.());
     }
-    this.#scheduleReopen();
+  }
+
+  /**
+   * Replaces the stream, after the backoff, with one opened now (with the client's current token). Every watch is
+   * reset once and re-created from where it was; one refused on the new stream too then retries on it alone.
+   */
+  #renewLater(): void {
+    if (this.#renewTimer) return;
+    const delay = this.#renewBackoffMs * (0.5 + this.#requests.clock.random());
+    this.#renewBackoffMs = Math.min(MAX_BACKOFF_MS, this.#renewBackoffMs * 2);
+    this.#renewTimer = later(this.#requests.clock, delay, () => {
+      this.#renewTimer = undefined;
+      if (this.#stream) this.#drop(this.#stream);
+      this.#open();
+    });
   }
 
   /** Drops `watchId` from the creates awaiting an answer. */

@@ -15,9 +15,9 @@ export interface RestartableEtcd {
 
 /**
  * `startEtcdCluster` (test-utils) makes members that cannot be brought back; a restart needs the same data
- * directory and ports, which this keeps.
+ * directory and ports, which this keeps. `extraArgs` are passed to etcd as they are (`--auth-token-ttl 2`).
  */
-export async function startRestartableEtcd(): Promise<RestartableEtcd> {
+export async function startRestartableEtcd(extraArgs: readonly string[] = []): Promise<RestartableEtcd> {
   const dir = tempDir('dlock-etcd-restart');
   const clientPort = await freePort();
   const peerPort = await freePort();
@@ -44,6 +44,7 @@ export async function startRestartableEtcd(): Promise<RestartableEtcd> {
     'zap',
     '--log-level',
     'warn',
+    ...extraArgs,
   ];
   let process: ServerProcess | undefined;
   const start = async (): Promise<void> => {
