@@ -2,7 +2,6 @@ import { setMaxListeners } from 'node:events';
 import {
   type AcquireRequest,
   type AcquireResult,
-  InvalidArgumentError,
   type Lease,
   type LockInfo,
   type LockService,
@@ -20,6 +19,7 @@ import {
   type QueueDriver,
   type QueueTools,
   validateMetadata,
+  validateOwnerId,
   validatePermits,
 } from '@dlock/core/adapter';
 import { ChangeFeeds } from './change-feeds.js';
@@ -312,29 +312,6 @@ export class EtcdLockService implements LockService {
  */
 function validateRequest(request: AcquireRequest): void {
   validateName(request.name, 'request.name');
-  validateOwnerId(request.ownerId);
+  validateOwnerId(request.ownerId, 'request.ownerId');
   if (request.metadata !== undefined) validateMetadata(request.metadata, 'request.metadata');
-}
-
-/** The longest owner id, in UTF-16 code units: `LockClient`'s own limit for `options.ownerId`. */
-const MAX_OWNER_ID_LENGTH = 256;
-
-/**
- * The owner id as `LockClient` bounds its `ownerId` (1 to 256 UTF-16 units, at most 768 UTF-8 bytes, inside the
- * 1,024 bytes a name may take), and well-formed as a name must be: stored as UTF-8 in the key's value, a lone
- * surrogate would come back from `inspect` as U+FFFD, another owner's id. `LockClient` checks only the length, so
- * this is also what refuses a lone surrogate in its `ownerId`.
- */
-function validateOwnerId(ownerId: unknown): void {
-  const field = 'request.ownerId';
-  if (typeof ownerId !== 'string') throw new InvalidArgumentError(field, 'must be a string');
-  if (ownerId.length === 0 || ownerId.length > MAX_OWNER_ID_LENGTH) {
-    throw new InvalidArgumentError(
-      field,
-      `must be 1 to ${MAX_OWNER_ID_LENGTH} characters, got ${ownerId.length}`,
-    );
-  }
-  if (/\p{Cs}/u.test(ownerId)) {
-    throw new InvalidArgumentError(field, 'must be well-formed Unicode (no lone surrogates)');
-  }
 }

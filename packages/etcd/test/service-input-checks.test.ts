@@ -1,4 +1,3 @@
-import { LockClient } from '@dlock/core';
 import { EtcdLockService } from '@dlock/etcd';
 import { ETCD_ENDPOINT } from '@dlock/test-utils';
 import { Etcd3 } from 'etcd3';
@@ -72,21 +71,11 @@ describe('refused input sends no request', () => {
       service.acquire(ask(ownerId)),
       service.acquirePermit({ ...ask(ownerId), permits: 2 }),
     ]);
-    // LockClient checks only the length of its ownerId: a lone surrogate reaches the service, which refuses it.
-    const client = new LockClient(service, { ownerId: 'a\ud800' });
-    const viaClient = [
-      client.acquire(lockName('owner'), { ttlMs: 10_000 }),
-      client.semaphore(lockName('owner'), { permits: 2, ttlMs: 10_000 }).acquire(),
-    ];
-    try {
-      const codes = (await Promise.allSettled([...direct, ...viaClient])).map((r) =>
-        r.status === 'rejected' ? (r.reason as { code?: unknown }).code : r.status,
-      );
-      expect(codes).toEqual([...direct, ...viaClient].map(() => 'INVALID_ARGUMENT'));
-      expect(sent()).toBe(before);
-    } finally {
-      await client.close();
-    }
+    const codes = (await Promise.allSettled(direct)).map((r) =>
+      r.status === 'rejected' ? (r.reason as { code?: unknown }).code : r.status,
+    );
+    expect(codes).toEqual(direct.map(() => 'INVALID_ARGUMENT'));
+    expect(sent()).toBe(before);
     // The longest allowed, with a character outside the BMP (two units), is stored and reported as it was given.
     const ownerId = `\u{1F512}${'o'.repeat(254)}`;
     const name = lockName('owner');
