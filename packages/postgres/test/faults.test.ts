@@ -266,7 +266,14 @@ describe('backends killed with pg_terminate_backend', () => {
       const served = await Promise.all(waiters);
       expect(served.map((s) => s.outcome)).toEqual(['ok', 'ok', 'ok']);
       expect(Math.max(...calls.map((c) => c.ms))).toBeLessThan(OPERATION_TIMEOUT_MS + 200);
-      expect(calls.slice(-8).map((c) => c.outcome)).toEqual(Array(8).fill('ok'));
+      // A statement on a connection whose backend was killed fails at once, and the pool drops that connection: each
+      // killed statement connection (all but the listener) fails at most one statement, the waiters' included. How
+      // many of these calls meet one depends on how soon the pool reads their ends (at load 10-14 the third call did,
+      // where only the first 2 were allowed to); a connection handed back after a failure would fail later calls too.
+      const failed = calls.filter((c) => c.outcome !== 'ok');
+      expect(failed.map((c) => c.outcome)).toEqual(failed.map(() => 'TRANSPORT'));
+      expect(failed.length).toBeLessThanOrEqual(before.length - 1);
+      expect(calls.slice(-3).map((c) => c.outcome)).toEqual(['ok', 'ok', 'ok']);
       // The listener comes back: a new LISTEN on another backend.
       const relisten = await until(
         async () =>
