@@ -60,9 +60,9 @@ export interface LockServiceContractOptions {
    */
   readonly endSession?: (subject: ContractSubject) => Promise<void>;
   /**
-   * The service refuses, with `InvalidArgumentError`, the names and metadata core's `LockClient` would refuse, when it
-   * is called directly. Default true: a service is public API, and an empty name or a lone surrogate (which encoders
-   * send as U+FFFD, so two names share one key) reaches it from any caller.
+   * The service refuses, with `InvalidArgumentError`, the names, owner ids and metadata core's `LockClient` would
+   * refuse, when it is called directly. Default true: a service is public API, and an empty name or a lone surrogate
+   * (which encoders send as U+FFFD, so two names share one key) reaches it from any caller.
    */
   readonly checksInput?: boolean;
 }
@@ -456,6 +456,45 @@ export function lockServiceContract(
             .rejects.toMatchObject(invalid('request.name'));
         } finally {
           expect(await service.release(lease(replaced, held, 'holder'))).toBe(true);
+        }
+      });
+
+      it('refuses an owner id core would refuse (empty, a lone surrogate, too long, not a string) with InvalidArgumentError', {
+        timeout,
+      }, async () => {
+        // LockClient's rule (validateOwnerId): 1 to 256 UTF-16 units, no lone surrogate, which a backend would store
+        // as U+FFFD and inspect would then answer with an owner id nobody has.
+        const ownerIds: [string, unknown][] = [
+          ['empty', ''],
+          ['a lone surrogate', 'host\ud800:1'],
+          ['257 UTF-16 units', 'o'.repeat(257)],
+          ['a number', 42],
+        ];
+        for (const [label, ownerId] of ownerIds) {
+          const ask = { ...request(lockName(label)), ownerId: ownerId as string };
+          await expect
+            .soft(service.acquire(ask), `acquire, owner id ${label}`)
+            .rejects.toMatchObject(invalid('request.ownerId'));
+          if (service.acquirePermit) {
+            await expect
+              .soft(service.acquirePermit({ ...ask, permits: 1 }), `acquirePermit, owner id ${label}`)
+              .rejects.toMatchObject(invalid('request.ownerId'));
+          }
+        }
+        // Refused before answering, so nothing was taken: a valid owner (256 units) gets each lock and permit.
+        const valid = 'o'.repeat(256);
+        for (const [label] of ownerIds) {
+          const name = lockName(label);
+          const grant = await grab(name, valid);
+          expect(await service.release(lease(name, grant, valid))).toBe(true);
+          if (service.acquirePermit) {
+            const permit = await service.acquirePermit({ ...request(name, valid), permits: 1 });
+            if (!permit.acquired || permit.grant.slot === undefined) {
+              throw new Error(`expected the one permit of ${name} (owner id ${label} refused)`);
+            }
+            const slot = permit.grant.slot;
+            expect(await service.release({ ...lease(name, permit.grant, valid), slot })).toBe(true);
+          }
         }
       });
 
