@@ -121,7 +121,8 @@ export class Semaphore {
 
   /**
    * Who holds the semaphore's permits right now, read from the service: `{ permits, held, waiters? }`, `held` by slot,
-   * each with its `slot`, `ownerId` (the holding client's `ownerId`), `fencingToken`, `expiresInMs` by the service's
+   * each with its `slot`, `ownerId` (the holding client's `ownerId`, or `''` for a slot the service sees taken by
+   * something that is not one of its permit records, so that no client can take it), `fencingToken`, `expiresInMs` by the service's
    * clock (where the service knows) and the `metadata` it acquired with; `waiters` where the service can count them. Advisory, like
    * {@link available}. Rejects with `PermitsMismatchError` when the semaphore is in use with another `permits`,
    * `UnsupportedError` on a service without `inspectPermits`, `ClientClosedError` after `close()`.
