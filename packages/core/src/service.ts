@@ -106,7 +106,10 @@ export interface LockInfo {
 export interface PermitHolder {
   /** The slot it holds, `0 … permits − 1`. */
   readonly slot: number;
-  /** The holder's `PermitRequest.ownerId`, stored with its grant. */
+  /**
+   * The holder's `PermitRequest.ownerId`, stored with its grant; `''` where the slot is taken by something that is not
+   * one of the service's permit records (no client can take the slot, and no client has that owner id).
+   */
   readonly ownerId: string;
   /** Strictly increasing per slot across holders. */
   readonly fencingToken: bigint;
