@@ -164,7 +164,7 @@ export function validateName(name: unknown, field = 'name'): string {
 const MAX_OWNER_ID_LENGTH = 256;
 
 /**
- * Checks an owner id as the client does and returns it: a string of 1 to {@link MAX_OWNER_ID_LENGTH} UTF-16 code
+ * Checks an owner id as the client does and returns it: a string of 1 to 256 UTF-16 code
  * units with no lone surrogate. Throws `InvalidArgumentError` naming `field` otherwise. A backend called directly
  * checks `request.ownerId` with this, so that every backend accepts exactly the owner ids `LockClient` does.
  */
