@@ -22,7 +22,7 @@ import {
 } from '@opentelemetry/sdk-trace-base';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { instrument, METRICS as M, SPANS } from '../src/index.js';
-import { setup } from './otel.js';
+import { fakeEventStream, setup } from './otel.js';
 
 const TTL = 3_000;
 const EVENTS = ['acquired', 'acquire-failed', 'renewed', 'renew-failed', 'lost', 'released'] as const;
@@ -187,15 +187,7 @@ describe('input', () => {
 
   it('an event shaped wrongly costs a diag error, never a throw into the emitter', () => {
     // A stream that is not core's can hand a listener anything; thrown back from a timer, it would end the process.
-    const listeners = new Map<string, (event: unknown) => void>();
-    const stream = {
-      events: {
-        on: (type: string, listener: (event: unknown) => void) => {
-          listeners.set(type, listener);
-          return () => listeners.delete(type);
-        },
-      },
-    };
+    const { listeners, stream } = fakeEventStream();
     const errors = vi.spyOn(diag, 'error').mockImplementation(() => undefined);
     try {
       const stop = instrument(stream as never, { meterProvider: setup().meterProvider });

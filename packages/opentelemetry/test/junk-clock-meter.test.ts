@@ -3,7 +3,7 @@ import { FakeClock } from '@dlock/testing';
 import { diag, type Meter, type MeterProvider, metrics } from '@opentelemetry/api';
 import { describe, expect, it, vi } from 'vitest';
 import { instrument, METRICS as M } from '../src/index.js';
-import { setup } from './otel.js';
+import { fakeEventStream, setup } from './otel.js';
 
 const TTL = 3_000;
 const EVENTS = ['acquired', 'acquire-failed', 'renewed', 'renew-failed', 'lost', 'released'] as const;
@@ -211,15 +211,7 @@ describe('a global provider that yields no meter', () => {
 
 describe('durations that are not numbers', () => {
   it('an event from a stream other than core whose durations are NaN records no NaN', async () => {
-    const listeners = new Map<string, (event: unknown) => void>();
-    const stream = {
-      events: {
-        on: (type: string, listener: (event: unknown) => void) => {
-          listeners.set(type, listener);
-          return () => listeners.delete(type);
-        },
-      },
-    };
+    const { listeners, stream } = fakeEventStream();
     const harness = setup();
     harness.uninstrument();
     const { points, spans, meterProvider, tracerProvider } = harness;
@@ -243,15 +235,7 @@ describe('durations that are not numbers', () => {
   });
 
   it('a number the spans or metrics carry that is not finite costs its span, and leaves no NaN attribute', async () => {
-    const listeners = new Map<string, (event: unknown) => void>();
-    const stream = {
-      events: {
-        on: (type: string, listener: (event: unknown) => void) => {
-          listeners.set(type, listener);
-          return () => listeners.delete(type);
-        },
-      },
-    };
+    const { listeners, stream } = fakeEventStream();
     const harness = setup();
     harness.uninstrument();
     const { metrics, spans, meterProvider, tracerProvider } = harness;
@@ -298,15 +282,7 @@ describe('durations that are not numbers', () => {
 
 describe('a release whose result is not one core sends', () => {
   it('ends the hold unknown, counts no loss', async () => {
-    const listeners = new Map<string, (event: unknown) => void>();
-    const stream = {
-      events: {
-        on: (type: string, listener: (event: unknown) => void) => {
-          listeners.set(type, listener);
-          return () => listeners.delete(type);
-        },
-      },
-    };
+    const { listeners, stream } = fakeEventStream();
     const harness = setup();
     harness.uninstrument();
     const { points, meterProvider, tracerProvider } = harness;

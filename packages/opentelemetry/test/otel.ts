@@ -101,3 +101,20 @@ export function outcome<T>(promise: Promise<T>): { value?: T; error?: unknown; d
   );
   return state;
 }
+
+/**
+ * An event source that is not core's `LockClient`: `instrument()` accepts anything with `events.on`, so these tests
+ * hand its listeners (kept by type in `listeners`) events core never sends.
+ */
+export function fakeEventStream() {
+  const listeners = new Map<string, (event: unknown) => void>();
+  const stream = {
+    events: {
+      on: (type: string, listener: (event: unknown) => void) => {
+        listeners.set(type, listener);
+        return () => listeners.delete(type);
+      },
+    },
+  };
+  return { listeners, stream };
+}
