@@ -275,22 +275,8 @@ describe('the observer-row delete', () => {
       const unsubscribe = service.watchChanges(name, () => {});
       for (let i = 0; i < 200 && (await observers()) === 0; i++) await sleep(10);
       expect(await observers()).toBe(1);
-      const client = await pool.connect();
-      try {
-        await client.query('BEGIN');
-        await client.query(
-          `SELECT 1 FROM "${tables.name}".dlock_waiters WHERE kind = 'o' AND name = $1 FOR UPDATE`,
-          [name],
-        );
-        const sent = performance.now();
-        unsubscribe();
-        await waitingOnLock(pool, "%w.kind = 'o' AND w.name = $1 AND w.id = $2%", 2_000);
-        // Past the statement's bound, before pg gives its connection up (twice the bound): the delete runs now.
-        await sleep(1.5 * REQUEST_TIMEOUT_MS - (performance.now() - sent));
-        await client.query('COMMIT');
-      } finally {
-        client.release();
-      }
+      // The delete runs once the lock goes.
+      await holdObserverRowsPastBound(name, unsubscribe, "%w.kind = 'o' AND w.name = $1 AND w.id = $2%");
       await sleep(200);
       expect(await observers()).toBe(1);
     } finally {
@@ -325,22 +311,14 @@ describe('the observer-row insert', () => {
     );
     let unsubscribe = (): void => {};
     try {
-      const client = await pool.connect();
-      try {
-        await client.query('BEGIN');
-        await client.query(
-          `SELECT 1 FROM "${tables.name}".dlock_waiters WHERE kind = 'o' AND name = $1 FOR UPDATE`,
-          [name],
-        );
-        const sent = performance.now();
-        unsubscribe = service.watchChanges(name, () => {});
-        await waitingOnLock(pool, '%FROM unnest($1::text[]) AS n(name)%', 2_000);
-        // Past the statement's bound, before pg gives its connection up (twice the bound): the insert runs now.
-        await sleep(1.5 * REQUEST_TIMEOUT_MS - (performance.now() - sent));
-        await client.query('COMMIT');
-      } finally {
-        client.release();
-      }
+      // The insert runs once the lock goes.
+      await holdObserverRowsPastBound(
+        name,
+        () => {
+          unsubscribe = service.watchChanges(name, () => {});
+        },
+        '%FROM unnest($1::text[]) AS n(name)%',
+      );
       await sleep(200);
       // Written after its caller gave up, the row would have a whole observer lease (60 s) left.
       expect(await msLeft()).toBeLessThan(10_000);
@@ -350,3 +328,25 @@ describe('the observer-row insert', () => {
     }
   });
 });
+
+/**
+ * Holds the observer rows of `name` locked from another transaction while `act` sends a statement that meets them,
+ * and lets go past that statement's bound but before pg gives its connection up (twice the bound).
+ */
+async function holdObserverRowsPastBound(name: string, act: () => void, statement: string): Promise<void> {
+  const client = await pool.connect();
+  try {
+    await client.query('BEGIN');
+    await client.query(
+      `SELECT 1 FROM "${tables.name}".dlock_waiters WHERE kind = 'o' AND name = $1 FOR UPDATE`,
+      [name],
+    );
+    const sent = performance.now();
+    act();
+    await waitingOnLock(pool, statement, 2_000);
+    await sleep(1.5 * REQUEST_TIMEOUT_MS - (performance.now() - sent));
+    await client.query('COMMIT');
+  } finally {
+    client.release();
+  }
+}
