@@ -1,4 +1,4 @@
-import { InvalidArgumentError } from './errors.js';
+import { InvalidArgumentError, textOf } from './errors.js';
 
 /**
  * Refuses option keys nobody reads. In JavaScript a misspelt option (`waitMS`, `prefix` for `keyPrefix`) is
@@ -51,4 +51,14 @@ function editDistance(a: string, b: string): number {
     previous = row;
   }
   return previous[b.length] ?? 0;
+}
+
+/**
+ * What a public call throws when the options it was given threw while being read (a Proxy trap, a getter, a revoked
+ * Proxy): the caller's own mistake, so it gets the typed error any other bad option gets, never the raw error from
+ * inside the caller's object. Errors the checks themselves throw pass through.
+ */
+export function unreadableOptions(error: unknown, field: string): InvalidArgumentError {
+  if (error instanceof InvalidArgumentError) return error;
+  return new InvalidArgumentError(field, `could not be read: ${textOf(error)}`);
 }

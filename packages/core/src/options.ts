@@ -1,7 +1,7 @@
 import type { Clock } from './clock.js';
 import { InvalidArgumentError, type LostReason } from './errors.js';
 import type { LockHandle } from './handle.js';
-import { rejectUnknownKeys } from './option-keys.js';
+import { rejectUnknownKeys, unreadableOptions } from './option-keys.js';
 import { MAX_METADATA_BYTES } from './service.js';
 
 /**
@@ -188,7 +188,7 @@ function validateClock(value: unknown): Clock {
   return value as unknown as Clock;
 }
 
-export function resolveClientOptions(
+function readClientOptions(
   options: unknown,
   defaults: { clock: Clock; ownerId: () => string },
 ): ResolvedClientOptions {
@@ -225,7 +225,18 @@ export function resolveClientOptions(
   };
 }
 
-export function resolveAcquireOptions(options: unknown): ResolvedAcquireOptions {
+export function resolveClientOptions(
+  options: unknown,
+  defaults: { clock: Clock; ownerId: () => string },
+): ResolvedClientOptions {
+  try {
+    return readClientOptions(options, defaults);
+  } catch (error) {
+    throw unreadableOptions(error, 'options');
+  }
+}
+
+function readAcquireOptions(options: unknown): ResolvedAcquireOptions {
   check(
     isObject(options),
     'options',
@@ -251,6 +262,14 @@ export function resolveAcquireOptions(options: unknown): ResolvedAcquireOptions 
     renew: renew ?? true,
     metadata,
   };
+}
+
+export function resolveAcquireOptions(options: unknown): ResolvedAcquireOptions {
+  try {
+    return readAcquireOptions(options);
+  } catch (error) {
+    throw unreadableOptions(error, 'options');
+  }
 }
 
 /** Metadata stored with a grant, or an election's value: a well-formed string of at most 1,024 UTF-8 bytes. */

@@ -1,5 +1,5 @@
 import { InvalidArgumentError } from '../errors.js';
-import { rejectUnknownKeys } from '../option-keys.js';
+import { rejectUnknownKeys, unreadableOptions } from '../option-keys.js';
 import { MAX_TIMER_MS, MIN_TTL_MS, validateMetadata } from '../options.js';
 import type { CampaignOptions, ElectionOptions, ObserveOptions, RunWhileLeaderOptions } from './election.js';
 
@@ -21,7 +21,7 @@ function signalOf(value: unknown, field: string): AbortSignal | undefined {
   return value;
 }
 
-export function resolveElectionOptions(options: unknown): ElectionOptions {
+function readElectionOptions(options: unknown): ElectionOptions {
   const o = plainObject(options, 'options');
   rejectUnknownKeys(o, 'options', ELECTION_KEYS);
   const ttlMs = o['ttlMs'];
@@ -34,6 +34,14 @@ export function resolveElectionOptions(options: unknown): ElectionOptions {
   return { ttlMs };
 }
 
+export function resolveElectionOptions(options: unknown): ElectionOptions {
+  try {
+    return readElectionOptions(options);
+  } catch (error) {
+    throw unreadableOptions(error, 'options');
+  }
+}
+
 export interface ResolvedCampaign {
   readonly value: string;
   readonly waitMs: number;
@@ -41,7 +49,7 @@ export interface ResolvedCampaign {
   readonly onLost: CampaignOptions['onLost'];
 }
 
-export function resolveCampaignOptions(options: unknown, defaultValue: string): ResolvedCampaign {
+function readCampaignOptions(options: unknown, defaultValue: string): ResolvedCampaign {
   const o = options === undefined ? {} : plainObject(options, 'options');
   rejectUnknownKeys(o, 'options', CAMPAIGN_KEYS);
   const waitMs = o['waitMs'] ?? 0;
@@ -68,13 +76,29 @@ export function resolveCampaignOptions(options: unknown, defaultValue: string): 
   };
 }
 
-export function resolveObserveOptions(options: unknown): { signal: AbortSignal | undefined } {
+export function resolveCampaignOptions(options: unknown, defaultValue: string): ResolvedCampaign {
+  try {
+    return readCampaignOptions(options, defaultValue);
+  } catch (error) {
+    throw unreadableOptions(error, 'options');
+  }
+}
+
+function readObserveOptions(options: unknown): { signal: AbortSignal | undefined } {
   const o = options === undefined ? {} : plainObject(options, 'options');
   rejectUnknownKeys(o, 'options', OBSERVE_KEYS);
   return { signal: signalOf(o['signal'], 'options.signal') };
 }
 
-export function resolveRunOptions(
+export function resolveObserveOptions(options: unknown): { signal: AbortSignal | undefined } {
+  try {
+    return readObserveOptions(options);
+  } catch (error) {
+    throw unreadableOptions(error, 'options');
+  }
+}
+
+function readRunOptions(
   fn: unknown,
   options: unknown,
   defaultValue: string,
@@ -86,6 +110,18 @@ export function resolveRunOptions(
     value: o['value'] === undefined ? defaultValue : validateMetadata(o['value'], 'options.value'),
     signal: signalOf(o['signal'], 'options.signal'),
   };
+}
+
+export function resolveRunOptions(
+  fn: unknown,
+  options: unknown,
+  defaultValue: string,
+): { value: string; signal: AbortSignal | undefined } {
+  try {
+    return readRunOptions(fn, options, defaultValue);
+  } catch (error) {
+    throw unreadableOptions(error, 'options');
+  }
 }
 
 export type { ObserveOptions, RunWhileLeaderOptions };

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { type Clock, systemClock } from '../clock.js';
 import { InvalidArgumentError } from '../errors.js';
 import { callSubscriber } from '../events.js';
-import { rejectUnknownKeys } from '../option-keys.js';
+import { rejectUnknownKeys, unreadableOptions } from '../option-keys.js';
 import { validateMetadata, validateName, validateOwnerId } from '../options.js';
 import { acquireInQueue } from '../queue/acquire-in-queue.js';
 import { BackgroundRetries } from '../queue/background-retries.js';
@@ -62,8 +62,14 @@ export class MemoryLockService implements LockService {
     if (typeof options !== 'object' || options === null) {
       throw new InvalidArgumentError('options', 'must be an object');
     }
-    rejectUnknownKeys(options, 'options', ['clock']);
-    this.#clock = options.clock ?? systemClock;
+    let clock: Clock | undefined;
+    try {
+      rejectUnknownKeys(options, 'options', ['clock']);
+      clock = options.clock;
+    } catch (error) {
+      throw unreadableOptions(error, 'options');
+    }
+    this.#clock = clock ?? systemClock;
     this.#semaphores = new MemorySemaphores(
       this.#clock,
       () => {

@@ -1,5 +1,5 @@
 import { InvalidArgumentError } from '../errors.js';
-import { rejectUnknownKeys } from '../option-keys.js';
+import { rejectUnknownKeys, unreadableOptions } from '../option-keys.js';
 import { MAX_TIMER_MS, MIN_TTL_MS, type ResolvedAcquireOptions, resolveAcquireOptions } from '../options.js';
 import { MAX_PERMITS } from '../service.js';
 import type { PermitOptions, SemaphoreOptions } from './semaphore.js';
@@ -27,7 +27,7 @@ export function validatePermits(value: unknown, field: string): number {
   return value;
 }
 
-export function resolveSemaphoreOptions(options: unknown): ResolvedSemaphoreOptions {
+function readSemaphoreOptions(options: unknown): ResolvedSemaphoreOptions {
   if (typeof options !== 'object' || options === null || Array.isArray(options)) {
     throw new InvalidArgumentError('options', 'must be an object with permits and ttlMs');
   }
@@ -44,8 +44,16 @@ export function resolveSemaphoreOptions(options: unknown): ResolvedSemaphoreOpti
   return { permits, ttlMs };
 }
 
+export function resolveSemaphoreOptions(options: unknown): ResolvedSemaphoreOptions {
+  try {
+    return readSemaphoreOptions(options);
+  } catch (error) {
+    throw unreadableOptions(error, 'options');
+  }
+}
+
 /** `tryAcquire` takes no `waitMs`: it never queues. */
-export function resolvePermitOptions(
+function readPermitOptions(
   options: PermitOptions | undefined,
   ttlMs: number,
   tryOnce: boolean,
@@ -57,6 +65,18 @@ export function resolvePermitOptions(
   const o = given as Readonly<Record<string, unknown>>;
   rejectUnknownKeys(o, 'options', tryOnce ? TRY_PERMIT_KEYS : PERMIT_KEYS);
   return resolveAcquireOptions({ ...o, ttlMs });
+}
+
+export function resolvePermitOptions(
+  options: PermitOptions | undefined,
+  ttlMs: number,
+  tryOnce: boolean,
+): ResolvedAcquireOptions {
+  try {
+    return readPermitOptions(options, ttlMs, tryOnce);
+  } catch (error) {
+    throw unreadableOptions(error, 'options');
+  }
 }
 
 export type { SemaphoreOptions };
