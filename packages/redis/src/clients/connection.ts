@@ -47,6 +47,9 @@ export interface RedisSubscription {
   /** Closes the connection politely; `destroy()` drops it at once. */
   close(): Promise<void>;
   destroy(): void;
-  /** Detaches the adapter's listeners from a connection the caller owns (the caller keeps it open). */
+  /**
+   * Detaches the adapter's listeners from a connection the caller owns (the caller keeps it open). On one the adapter
+   * made and is dropping, its error listener stays: the library may still report a reconnect under way.
+   */
   detach(): void;
 }

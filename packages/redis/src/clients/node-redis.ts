@@ -142,12 +142,16 @@ class NodeRedisSubscription implements RedisSubscription {
     })();
   };
 
+  /** A connection the adapter made (a duplicate), not one the user passed in and owns. */
+  readonly #ours: boolean;
+
   constructor(
     private readonly sub: NodeRedisClient | NodeRedisCluster,
     private readonly sharded: boolean,
     alreadyConnected: boolean,
   ) {
     this.#connectedOnce = alreadyConnected;
+    this.#ours = !alreadyConnected;
     sub.on('error', ignore);
     sub.on('ready', this.#onReady);
   }
@@ -215,7 +219,9 @@ class NodeRedisSubscription implements RedisSubscription {
 
   detach(): void {
     this.sub.off('ready', this.#onReady);
-    this.sub.off('error', ignore);
+    // Ours keeps its listener for good: destroy() does not stop a reconnect node-redis has under way, whose failures
+    // it still emits, and an 'error' event with no listener crashes the process.
+    if (!this.#ours) this.sub.off('error', ignore);
     this.#reconnects.clear();
   }
 }
