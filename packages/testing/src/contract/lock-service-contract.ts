@@ -279,21 +279,40 @@ export function lockServiceContract(
 
     it('renews for the TTL asked, or answers with the TTL it kept', { timeout }, async () => {
       const name = lockName();
+      const grantSentAt = clock.monotonic();
       const grant = await grab(name, 'owner-a');
       // Core renews with a longer TTL than the grant's when a reentrant caller asks for more, and counts the
       // window by the TTL the answer reports (`ttlMs`), else by the one it asked for.
       const asked = grant.ttlMs * 3;
       const sentAt = clock.monotonic();
       const result = await service.renew({ lease: lease(name, grant, 'owner-a'), ttlMs: asked });
+      // A renewal that came back after the grant's window may rightly find the lease gone: only a load spike
+      // gets there, and it leaves nothing to judge.
+      if (!result.renewed && clock.monotonic() >= validUntil(grantSentAt, grant.ttlMs, CLIENT_DRIFT_FACTOR))
+        return;
       expect(result.renewed).toBe(true);
       const kept = result.renewed && result.ttlMs !== undefined ? result.ttlMs : asked;
       expect(kept).toBeGreaterThan(0);
-      // Past the first TTL where the renewal promised that much: nobody else may have the lock yet.
-      await sleep(Math.floor(Math.min(grant.ttlMs * 1.5, kept * 0.7)));
-      const askedAt = clock.monotonic();
-      const other = await service.acquire(request(name, 'owner-b'));
-      if (askedAt - sentAt < kept * 0.8) expect(other.acquired).toBe(false);
-      expect(await service.release(lease(name, grant, 'owner-a'))).toBe(true);
+      const windowEnd = validUntil(sentAt, kept, CLIENT_DRIFT_FACTOR);
+      // Another owner asks all through the renewed window, past the first TTL where a renewal that kept less than
+      // it promised lets it in. As for the unrenewed lease, each answer is judged by when it came back: load can
+      // only move answers past windowEnd, where they are not judged, never make a refusal wrong.
+      const stepMs = Math.max(1, Math.floor(grant.ttlMs / 20));
+      let intruder: Grant | undefined;
+      for (;;) {
+        await sleep(stepMs);
+        const other = await service.acquire(request(name, 'owner-b'));
+        const answeredAt = clock.monotonic();
+        if (other.acquired) intruder = other.grant;
+        if (answeredAt >= windowEnd) break;
+        expect(
+          other.acquired,
+          `another owner got the lock ${answeredAt - sentAt} ms after a renewal promising ${kept} ms was asked for`,
+        ).toBe(false);
+      }
+      // Clean-up only: past windowEnd the renewed lease may have ended, so neither answer says anything.
+      await service.release(lease(name, grant, 'owner-a'));
+      if (intruder) await service.release(lease(name, intruder, 'owner-b'));
     });
 
     it('expires an unrenewed lease; the old owner can neither renew nor release the new one', {
