@@ -58,17 +58,32 @@ export interface PgQueryConfigLike {
 }
 
 /**
+ * A client checked out of a pool (`pg.PoolClient`): each statement of the service runs on one, taken with `connect`
+ * so that a statement whose caller gave up while it waited for it goes back unsent.
+ */
+export interface PgPoolClientLike extends PgListenClientLike {
+  /** Runs one statement as a query config (see {@link PgPoolLike.query}). */
+  query(config: PgQueryConfigLike): Promise<PgQueryResultLike>;
+  /** Runs SQL text (pg's own overload; the service's `LISTEN` and its checks). */
+  query(text: string, values?: unknown[]): Promise<PgQueryResultLike>;
+  /** Gives the client back to its pool; with an error, the pool destroys the connection. */
+  release(error?: Error | boolean): void;
+}
+
+/**
  * A `pg.Pool` (or anything with its `query` and `connect`): each statement runs on whichever connection is free.
- * Every statement arrives as a config object ({@link PgQueryConfigLike}); the DDL of `ensureSchema` too, with no
- * values, so that pg sends it as one simple query of several statements.
+ * Every statement arrives as a config object ({@link PgQueryConfigLike}): most on a client taken with `connect` (and
+ * given back unsent when their caller gave up while they waited for it), a clean-up or a wake-up, still worth running
+ * late, through `query`; the DDL of `ensureSchema` too, with no values, so that pg sends it as one simple query of
+ * several statements.
  */
 export interface PgPoolLike {
   /** Runs SQL text (pg's own overload; the service itself always sends a config object). */
   query(text: string, values?: unknown[]): Promise<PgQueryResultLike>;
-  /** Runs one statement as a query config (or the DDL, with no values); everything the service sends. */
+  /** Runs one statement as a query config (or the DDL, with no values). */
   query(config: PgQueryConfigLike): Promise<PgQueryResultLike>;
-  /** Checks a client out; the service keeps one for `LISTEN`. */
-  connect(): Promise<PgListenClientLike>;
+  /** Checks a client out: for each statement, and one the service keeps for `LISTEN`. */
+  connect(): Promise<PgPoolClientLike>;
 }
 
 /** A `PGlite` instance: one embedded database, one connection, with its own `listen`. */

@@ -6,6 +6,7 @@ import {
   type PGliteLike,
   type PgListenClientLike,
   type PgNotificationLike,
+  type PgPoolClientLike,
   type PgPoolLike,
   type PgQueryConfigLike,
   type PgQueryResultLike,
@@ -27,6 +28,12 @@ export interface QueryOptions {
    * the call was given up before: until then it may still commit.
    */
   readonly onSettled?: () => void;
+  /**
+   * True for a statement still worth running after its caller gave up on it (an owner-checked clean-up, a wake-up):
+   * it runs however long it waited for a connection. Any other is given back unsent once its bound is over by the
+   * time it gets one.
+   */
+  readonly runsLate?: boolean;
 }
 
 /**
@@ -128,9 +135,10 @@ export class Database {
     const timeoutMs = options.timeoutMs ?? this.timeoutMs;
     this.#statements++;
     const { onSettled } = options;
+    const end = options.runsLate ? undefined : this.clock.monotonic() + timeoutMs;
     return boundedCall(
       () => {
-        const sent = this.#send(text, values, timeoutMs);
+        const sent = this.#send(text, values, timeoutMs, end);
         if (onSettled) sent.then(onSettled, onSettled);
         return sent.then(
           (result) => result.rows as readonly Row[],
@@ -150,7 +158,13 @@ export class Database {
     );
   }
 
-  #send(text: string, values: readonly unknown[], timeoutMs: number): Promise<PgQueryResultLike> {
+  /** `end`: the caller's deadline (monotonic), past which the statement is not sent; undefined, sent however late. */
+  #send(
+    text: string,
+    values: readonly unknown[],
+    timeoutMs: number,
+    end: number | undefined,
+  ): Promise<PgQueryResultLike> {
     const pool = this.#pool;
     if (isPGlite(pool)) return pool.query(text, values as unknown[]);
     const names = this.#names;
@@ -172,7 +186,23 @@ export class Database {
       values: values as unknown[],
       query_timeout: DEAD_CONNECTION_BOUNDS * timeoutMs,
     };
-    return pool.query(config);
+    return end === undefined ? pool.query(config) : this.#inTime(pool, config, end);
+  }
+
+  /**
+   * The statement on a connection of its own, unless its caller's bound was over by the time the pool handed one
+   * out: then the connection goes straight back, unused, and the statement is never sent. pg's pool queue has no
+   * public way to withdraw a waiter, so a given-up statement still waits its turn, but no longer costs a round trip
+   * that writes nothing (its bound is over on the server too) while live statements queue behind it. The caller was
+   * told already (its bound settled the call); the rejection reaches only `onSettled`.
+   */
+  async #inTime(pool: PgPoolLike, config: PgQueryConfigLike, end: number): Promise<PgQueryResultLike> {
+    const client = await pool.connect();
+    if (this.clock.monotonic() >= end) {
+      client.release();
+      throw new Error('waited for a connection past its bound; not sent');
+    }
+    return runOn(client, config);
   }
 
   /** Several statements without parameters, as one implicit transaction (the simple query protocol). */
@@ -266,6 +296,37 @@ export class Database {
       },
     };
   }
+}
+
+/**
+ * One statement on a checked-out client, which goes back afterwards as `pool.query` gives it back: destroyed after a
+ * failure (a connection whose statement failed or timed out may be broken) or an error event meanwhile.
+ */
+function runOn(client: PgPoolClientLike, config: PgQueryConfigLike): Promise<PgQueryResultLike> {
+  return new Promise((resolve, reject) => {
+    let released = false;
+    const giveBack = (error?: Error): boolean => {
+      if (released) return false;
+      released = true;
+      client.removeListener?.('error', onError as (...args: unknown[]) => void);
+      client.release(error);
+      return true;
+    };
+    const onError = (error: Error): void => {
+      if (giveBack(error)) reject(error);
+    };
+    client.on('error', onError);
+    const failed = (error: unknown): void => {
+      if (giveBack(error instanceof Error ? error : new Error(String(error)))) reject(error);
+    };
+    try {
+      client.query(config).then((result) => {
+        if (giveBack()) resolve(result);
+      }, failed);
+    } catch (error) {
+      failed(error);
+    }
+  });
 }
 
 function dispose(client: PgListenClientLike, own: boolean, error: Error | true): void {

@@ -2,6 +2,7 @@ export type {
   PGliteLike,
   PgListenClientLike,
   PgNotificationLike,
+  PgPoolClientLike,
   PgPoolLike,
   PgQueryConfigLike,
   PgQueryResultLike,

@@ -106,7 +106,8 @@ export class PostgresLockService implements LockService {
         );
         if (row?.['late'] === 'true') throw late('unobserve');
       },
-      passOn: (kind, name) => db.query('pass on a wake-up', sql.wakeHead, [kind, name]),
+      // A wake-up still helps whoever waits, however late it gets its connection.
+      passOn: (kind, name) => db.query('pass on a wake-up', sql.wakeHead, [kind, name], { runsLate: true }),
       selfNotify: (payload) =>
         db.query('listening check', 'SELECT pg_notify($1, $2)', [watch.channel, payload]),
     });

@@ -194,6 +194,8 @@ export class PostgresProtocol implements QueueDriver<Claim, Wait> {
     const { kind } = claim.target;
     const rows = await this.#db.query('leave queue', this.#sql.leave, [kind, claim.request.name, claim.id], {
       timeoutMs: Math.min(this.#db.timeoutMs, CLEANUP_TRY_MS),
+      // Owner-checked and wanted however late: after close() no retry follows a try that timed out in the queue.
+      runsLate: true,
     });
     const gone = integer(onlyRow(rows, 'leave'), 'gone', 'leave') ?? 0;
     if (gone > 0 && kind === 'l') this.#watch.notify(claim.request.name);

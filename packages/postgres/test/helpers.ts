@@ -15,6 +15,41 @@ export function newPool(max = 10): pg.Pool {
   return pool;
 }
 
+/** Runs one statement the service sends (the `run` it is given), or fails or delays it. */
+export type StatementHook = (
+  config: pg.QueryConfig,
+  run: () => Promise<pg.QueryResult>,
+) => Promise<pg.QueryResult>;
+
+/**
+ * `real` as the service sees it, every statement it sends passed through `hook`: a query config, sent with the
+ * pool's `query` or on a client it took with `connect` (the LISTEN connection's own text statements pass as they are).
+ */
+export function hooked(real: pg.Pool, hook: StatementHook): pg.Pool {
+  const bound = <T extends object>(target: T, key: string | symbol): unknown => {
+    const value = Reflect.get(target, key, target);
+    return typeof value === 'function' ? value.bind(target) : value;
+  };
+  const client = (connection: pg.PoolClient): pg.PoolClient =>
+    new Proxy(connection, {
+      get(target, key) {
+        if (key !== 'query') return bound(target, key);
+        return (query: string | pg.QueryConfig, values?: unknown[]) =>
+          typeof query === 'string' ? target.query(query, values) : hook(query, () => target.query(query));
+      },
+    });
+  return new Proxy(real, {
+    get(target, key) {
+      if (key === 'query') {
+        return (query: string | pg.QueryConfig, values?: unknown[]) =>
+          typeof query === 'string' ? target.query(query, values) : hook(query, () => target.query(query));
+      }
+      if (key === 'connect') return async () => client(await target.connect());
+      return bound(target, key);
+    },
+  });
+}
+
 /**
  * Resolves once a statement whose text matches `pattern` (SQL LIKE) waits for a lock on the server, looking every
  * 10 ms for up to `maxMs`: how a test knows the call it holds up is queued on a row lock, not merely sent.

@@ -1,8 +1,7 @@
 import { LockClient, type LockHandle, TransportError } from '@dlock/core';
 import { PostgresLockService } from '@dlock/postgres';
-import type pg from 'pg';
 import { describe, expect, it } from 'vitest';
-import { newPool, usePrivateSchema } from './helpers.js';
+import { hooked, newPool, usePrivateSchema } from './helpers.js';
 
 const pool = newPool(20);
 const tables = usePrivateSchema(pool);
@@ -171,14 +170,10 @@ describe('undo', () => {
   it('a grant whose reply is lost in transit is given back once the statement settles', async () => {
     let delayMs = 0;
     // The acquire statement reaches the server only after the caller gave up on it, and then commits its grant.
-    const slow = {
-      // The service sends a config object ({ text, values, query_timeout }).
-      query: async (query: pg.QueryConfig) => {
-        if (delayMs > 0 && query.text.includes('dlock_lock"(')) await sleep(delayMs);
-        return pool.query(query);
-      },
-      connect: () => pool.connect(),
-    } as unknown as pg.Pool;
+    const slow = hooked(pool, async (query, run) => {
+      if (delayMs > 0 && query.text.includes('dlock_lock"(')) await sleep(delayMs);
+      return run();
+    });
     const service = new PostgresLockService({ pool: slow, schema: tables.name, requestTimeoutMs: 200 });
     delayMs = 600;
     const lost = await service
@@ -232,16 +227,13 @@ describe('close', () => {
   it("retries a pending acquire's clean-up that failed as it closed, so its waiter row does not outlive it", async () => {
     let failLeaves = 0;
     // The first leave statement fails as on a connection killed under it (pg_terminate_backend, a failover).
-    const flaky = {
-      query: async (query: pg.QueryConfig) => {
-        if (failLeaves > 0 && query.text.includes('left_queue')) {
-          failLeaves--;
-          throw new Error('Connection terminated unexpectedly');
-        }
-        return pool.query(query);
-      },
-      connect: () => pool.connect(),
-    } as unknown as pg.Pool;
+    const flaky = hooked(pool, async (query, run) => {
+      if (failLeaves > 0 && query.text.includes('left_queue')) {
+        failLeaves--;
+        throw new Error('Connection terminated unexpectedly');
+      }
+      return run();
+    });
     const service = new PostgresLockService({ pool: flaky, schema: tables.name, requestTimeoutMs: 1_000 });
     const other = new PostgresLockService({ pool, schema: tables.name, listen: false });
     const name = 'closing-flaky';

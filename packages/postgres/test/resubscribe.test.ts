@@ -1,7 +1,7 @@
 import { PostgresLockService } from '@dlock/postgres';
 import type pg from 'pg';
 import { describe, expect, it } from 'vitest';
-import { newPool, usePrivateSchema } from './helpers.js';
+import { hooked, newPool, usePrivateSchema } from './helpers.js';
 
 // An unsubscribe followed at once by a new subscription of the same name: the old subscription's delete of the
 // observer row may reach the server after the new one's insert (here its connection is slow to send it), and must
@@ -13,20 +13,9 @@ const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout
 
 /** `pool`, whose connections send the observer row's delete 300 ms late (a slow link for that statement). */
 function slowDeletes(real: pg.Pool): pg.Pool {
-  const query = real.query.bind(real) as (config: pg.QueryConfig) => Promise<pg.QueryResult>;
-  return new Proxy(real, {
-    get(target, key, receiver) {
-      if (key === 'query') {
-        return async (config: pg.QueryConfig) => {
-          if (typeof config === 'object' && /^DELETE FROM \S+ w WHERE w\.kind = 'o'/.test(config.text)) {
-            await sleep(300);
-          }
-          return query(config);
-        };
-      }
-      const value = Reflect.get(target, key, receiver);
-      return typeof value === 'function' ? value.bind(target) : value;
-    },
+  return hooked(real, async (config, run) => {
+    if (/^DELETE FROM \S+ w WHERE w\.kind = 'o'/.test(config.text)) await sleep(300);
+    return run();
   });
 }
 

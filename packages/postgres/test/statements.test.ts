@@ -2,7 +2,7 @@ import { LockClient } from '@dlock/core';
 import { PostgresLockService } from '@dlock/postgres';
 import type pg from 'pg';
 import { describe, expect, it } from 'vitest';
-import { newPool, usePrivateSchema } from './helpers.js';
+import { hooked, newPool, usePrivateSchema } from './helpers.js';
 
 const pool = newPool(10);
 const tables = usePrivateSchema(pool);
@@ -10,16 +10,12 @@ const tables = usePrivateSchema(pool);
 /** The pool as the service sees it, counting every statement that reaches it (what goes over the wire). */
 function countingPool(real: pg.Pool): { pool: pg.Pool; sent: string[] } {
   const sent: string[] = [];
-  const counting = {
-    // A string, or a named statement's config ({ name, text, values }) with preparedStatements.
-    query: (query: string | pg.QueryConfig, values?: unknown[]) => {
-      const text = typeof query === 'string' ? query : query.text;
-      sent.push(text.slice(0, 40).replace(/\s+/g, ' '));
-      return typeof query === 'string' ? real.query(query, values) : real.query(query);
-    },
-    connect: () => real.connect(),
-  };
-  return { pool: counting as unknown as pg.Pool, sent };
+  // A config ({ text, values }, and a name with preparedStatements), by the pool's query or on a client of its own.
+  const pool = hooked(real, (query, run) => {
+    sent.push(query.text.slice(0, 40).replace(/\s+/g, ' '));
+    return run();
+  });
+  return { pool, sent };
 }
 
 /** A service checks each listening connection it opens with one notice to itself through the pool. */
