@@ -103,9 +103,14 @@ describe('semaphore soak (etcd)', () => {
       expect(orphanPermits(result, 6_000)).toEqual([]);
       expect(result.auditPolls).toBeGreaterThan(50);
       expect(result.processes.map((p) => p.code)).toEqual([0, 0, 0, 0]);
-      // Each reset costs a process its gRPC channel for about a second (etcd3's breaker, where on, 5 s), and each
-      // freeze or pause idles the slots for a lease: 110-160 holds.
-      expect(result.report.holds).toBeGreaterThan(60);
+      // Every worker of every process was granted a permit at least once: a client that hangs, or a queue that passes
+      // a waiter over for the whole run, leaves one with none. No count of holds is asserted, since load only makes
+      // them fewer (110-160 on an idle machine, 44 under load, 73 with 8 busy loops on 2 cores, each worker still
+      // 2 or more); the last check below asks for a grant after the last fault.
+      const workers = new Set(result.records.map((r) => `${r.process}/${r.worker}`));
+      expect([...workers].sort()).toEqual(
+        ['p0', 'p1', 'p2', 'p3'].flatMap((p) => [0, 1, 2].map((w) => `${p}/${w}`)),
+      );
       expect(result.report.lost).toBeGreaterThan(0);
       expect(result.faults.filter((f) => f.kind === 'freeze-process')).toHaveLength(4);
       expect(result.faults.filter((f) => f.kind === 'pause-backend')).toHaveLength(2);
