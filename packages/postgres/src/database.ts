@@ -309,7 +309,12 @@ function runOn(client: PgPoolClientLike, config: PgQueryConfigLike): Promise<PgQ
       if (released) return false;
       released = true;
       client.removeListener?.('error', onError as (...args: unknown[]) => void);
-      client.release(error);
+      try {
+        client.release(error);
+      } catch {
+        // Not a pool's client (a pg.Client passed as the pool has no release): thrown here, in a promise callback,
+        // it would go unhandled and the statement would never settle with the answer it got.
+      }
       return true;
     };
     const onError = (error: Error): void => {
