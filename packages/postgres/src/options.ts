@@ -73,6 +73,11 @@ export function positiveInt(value: unknown, field: string, max: number): number 
   return value;
 }
 
+/** pg's `Client` carries its `connectionParameters`; its `Pool` has none, and counts its clients (`totalCount`). */
+function isPgClient(value: object): boolean {
+  return 'connectionParameters' in value && !('totalCount' in value);
+}
+
 function isPool(value: unknown): value is PgPoolLike | PGliteLike {
   if (!isObject(value) || typeof value['query'] !== 'function') return false;
   return typeof value['connect'] === 'function' || isPGlite(value as unknown as PGliteLike);
@@ -106,6 +111,15 @@ export function resolveOptions(options: unknown): ResolvedOptions {
     throw new InvalidArgumentError(
       'options.pool',
       'must be a pg.Pool (new pg.Pool(...)) or a PGlite instance',
+    );
+  }
+  if (isPgClient(pool)) {
+    // It has query and connect like a pool, but its connect() opens its one socket (or fails once open) and hands
+    // out no client to give back: every statement would fail at run time as a TransportError.
+    throw new InvalidArgumentError(
+      'options.pool',
+      'is a pg.Client, one connection; pass a pg.Pool (new pg.Pool(...)), or a function returning a connected ' +
+        'pg.Client as options.listen',
     );
   }
   const schema =
