@@ -249,6 +249,31 @@ export function lockServiceContract(
       expect(next.fencingToken).toBeGreaterThan(grant.fencingToken);
     });
 
+    /**
+     * Another owner asks for `name` every TTL/20 until an answer comes back at or after `windowEnd`; each answer
+     * before that must be a refusal (`when` says when it came, for the failure message). Then both let go: clean-up
+     * only, since past `windowEnd` the lease may have ended and neither answer says anything.
+     */
+    async function refusedUntil(
+      name: string,
+      grant: Grant,
+      windowEnd: number,
+      when: (answeredAt: number) => string,
+    ): Promise<void> {
+      const stepMs = Math.max(1, Math.floor(grant.ttlMs / 20));
+      let intruder: Grant | undefined;
+      for (;;) {
+        await sleep(stepMs);
+        const other = await service.acquire(request(name, 'owner-b'));
+        const answeredAt = clock.monotonic();
+        if (other.acquired) intruder = other.grant;
+        if (answeredAt >= windowEnd) break;
+        expect(other.acquired, `another owner got the lock ${when(answeredAt)}`).toBe(false);
+      }
+      await service.release(lease(name, grant, 'owner-a'));
+      if (intruder) await service.release(lease(name, intruder, 'owner-b'));
+    }
+
     it('keeps an unrenewed lease from every other owner for the TTL it granted', { timeout }, async () => {
       const name = lockName();
       const sentAt = clock.monotonic();
@@ -259,22 +284,12 @@ export function lockServiceContract(
       // Another owner asks all through the window. Each answer is judged by when it came back, not when it was
       // sent: the service decided no later than that, while a lease it started after sentAt had to be live. A slow
       // machine can only move answers past windowEnd, where they are not judged; it cannot make a refusal wrong.
-      const stepMs = Math.max(1, Math.floor(grant.ttlMs / 20));
-      let intruder: Grant | undefined;
-      for (;;) {
-        await sleep(stepMs);
-        const other = await service.acquire(request(name, 'owner-b'));
-        const answeredAt = clock.monotonic();
-        if (other.acquired) intruder = other.grant;
-        if (answeredAt >= windowEnd) break;
-        expect(
-          other.acquired,
-          `another owner got the lock ${answeredAt - sentAt} ms after a ${grant.ttlMs} ms grant was asked for`,
-        ).toBe(false);
-      }
-      // Clean-up only: past windowEnd the lease may have ended, so neither answer says anything.
-      await service.release(lease(name, grant, 'owner-a'));
-      if (intruder) await service.release(lease(name, intruder, 'owner-b'));
+      await refusedUntil(
+        name,
+        grant,
+        windowEnd,
+        (ms) => `${ms - sentAt} ms after a ${grant.ttlMs} ms grant was asked for`,
+      );
     });
 
     it('renews for the TTL asked, or answers with the TTL it kept', { timeout }, async () => {
@@ -297,22 +312,12 @@ export function lockServiceContract(
       // Another owner asks all through the renewed window, past the first TTL where a renewal that kept less than
       // it promised lets it in. As for the unrenewed lease, each answer is judged by when it came back: load can
       // only move answers past windowEnd, where they are not judged, never make a refusal wrong.
-      const stepMs = Math.max(1, Math.floor(grant.ttlMs / 20));
-      let intruder: Grant | undefined;
-      for (;;) {
-        await sleep(stepMs);
-        const other = await service.acquire(request(name, 'owner-b'));
-        const answeredAt = clock.monotonic();
-        if (other.acquired) intruder = other.grant;
-        if (answeredAt >= windowEnd) break;
-        expect(
-          other.acquired,
-          `another owner got the lock ${answeredAt - sentAt} ms after a renewal promising ${kept} ms was asked for`,
-        ).toBe(false);
-      }
-      // Clean-up only: past windowEnd the renewed lease may have ended, so neither answer says anything.
-      await service.release(lease(name, grant, 'owner-a'));
-      if (intruder) await service.release(lease(name, intruder, 'owner-b'));
+      await refusedUntil(
+        name,
+        grant,
+        windowEnd,
+        (ms) => `${ms - sentAt} ms after a renewal promising ${kept} ms was asked for`,
+      );
     });
 
     it('expires an unrenewed lease; the old owner can neither renew nor release the new one', {
