@@ -312,8 +312,8 @@ function runOn(client: PgPoolClientLike, config: PgQueryConfigLike): Promise<PgQ
       try {
         client.release(error);
       } catch {
-        // Not a pool's client (a pg.Client passed as the pool has no release): thrown here, in a promise callback,
-        // it would go unhandled and the statement would never settle with the answer it got.
+        // A pool wrapper's release that throws: thrown here, in a promise callback, it would go unhandled and the
+        // statement would never settle with the answer it got.
       }
       return true;
     };
