@@ -243,6 +243,17 @@ describe('a master killed and failed over to its replica (3 masters, 3 replicas)
       return;
     }
 
+    // A try sent while the client's slot map still named the dead master can end as unknown when ioredis drops
+    // that node (true: ioredis may send it again elsewhere); a later try reaches the new master. A grant that
+    // answers after a try gave up is kept, as for `later`.
+    const takeOver = async (name: string): Promise<LockHandle | null> => {
+      let handle: LockHandle | null = null;
+      await eventually(async () => {
+        handle ??= await contender.tryAcquire(name, { ttlMs: TTL_MS }).catch(() => null);
+        return handle !== null;
+      }, FOLLOW_MS);
+      return handle;
+    };
     if (lossyReused !== undefined && lossyFresh !== undefined) {
       // The grants the old master acknowledged but never replicated are gone from the new master: `fresh` had no
       // key before them, `reused` is back to the tombstone its earlier release left.
@@ -250,7 +261,7 @@ describe('a master killed and failed over to its replica (3 masters, 3 replicas)
       expect(await serverValue(cluster, reused)).toMatch(new RegExp(`^~ ${earlier.fencingToken} `));
       // So each name goes to someone else while its first holder, with an open window, still believes it holds it:
       // two holders, until the first one's next renewal is refused. Only fencing tokens can tell them apart.
-      const second = await contender.tryAcquire(fresh, { ttlMs: TTL_MS });
+      const second = await takeOver(fresh);
       expect(second).not.toBeNull();
       expect(lossyFresh.isHeld()).toBe(true);
       // For a name whose every write was lost, the token comes from the server clock (the fence key went too):
@@ -259,7 +270,7 @@ describe('a master killed and failed over to its replica (3 masters, 3 replicas)
       // For a name whose older state survived, the counter is rolled back with the lost writes: the last token + 1
       // would be the lost grant's token again, which fencing could not tell apart. Every grant also takes at least
       // the server clock in µs, which has moved on since the lost grant: above it.
-      const third = await contender.tryAcquire(reused, { ttlMs: TTL_MS });
+      const third = await takeOver(reused);
       expect(third).not.toBeNull();
       expect(lossyReused.isHeld()).toBe(true);
       expect((third as LockHandle).fencingToken).toBeGreaterThan(lossyReused.fencingToken);
